@@ -1,0 +1,106 @@
+//! The one error type of the format parsers.
+//!
+//! Every parser works over a `&[u8]` and reports offsets relative to the start of
+//! the buffer it was given. Layers that know more (the section a buffer came from,
+//! its file offset, the file's path) add that context with [`Error::at`] and
+//! [`crate::discover::FileError`], so a message always names the offset and what
+//! was wrong, and the file once it is known.
+
+use std::fmt;
+
+/// A parse error: what was wrong and at which byte offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    /// Offset of the offending field or structure, from the start of the buffer
+    /// the parser was given (shifted by [`Error::at`] as context is added).
+    pub offset: u64,
+    /// What was wrong.
+    pub kind: ErrorKind,
+}
+
+/// What was wrong with the input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ErrorKind {
+    /// The input ends before a structure it must contain.
+    #[error("{what} is truncated: needs {needed} bytes, {available} available")]
+    Truncated {
+        what: &'static str,
+        needed: u64,
+        available: u64,
+    },
+    /// The magic bytes of the expected format are missing.
+    #[error("{what}: bad magic")]
+    BadMagic { what: &'static str },
+    /// A version this crate does not read.
+    #[error("{what}: unsupported version {version}")]
+    UnsupportedVersion { what: &'static str, version: u64 },
+    /// An offset/size pair that points outside its container (or wraps).
+    #[error("{what} at offset {start} with size {size} lies outside the {len}-byte container")]
+    OutOfBounds {
+        what: &'static str,
+        start: u64,
+        size: u64,
+        len: u64,
+    },
+    /// A count or size beyond what the input could hold or a configured limit.
+    #[error("{what} of {value} exceeds the limit of {limit}")]
+    TooLarge {
+        what: &'static str,
+        value: u64,
+        limit: u64,
+    },
+    /// A field with a value the format does not allow.
+    #[error("{what}: {why}")]
+    Malformed {
+        what: &'static str,
+        why: &'static str,
+    },
+    /// A field with a value the format does not allow, with the value shown.
+    #[error("{what}: unexpected value {value:#x}")]
+    BadValue { what: &'static str, value: u64 },
+    /// Text that must be UTF-8 is not.
+    #[error("{what} is not valid UTF-8")]
+    NotUtf8 { what: &'static str },
+    /// A compressed payload whose stored hash does not match its content.
+    #[error("hash mismatch: header says {expected:#018x}, content hashes to {actual:#018x}")]
+    HashMismatch { expected: u64, actual: u64 },
+    /// The decompressor failed or produced a different size than promised.
+    #[error("{method} decompression failed: {message}")]
+    Decompress {
+        method: &'static str,
+        message: String,
+    },
+    /// A target ID or processor name that is not valid.
+    #[error(transparent)]
+    TargetId(#[from] crate::target::TargetIdError),
+}
+
+impl Error {
+    /// An error of `kind` at `offset`.
+    pub fn new(offset: u64, kind: ErrorKind) -> Self {
+        Error { offset, kind }
+    }
+
+    /// Shifts the offset by `base`: used when the failing buffer starts at `base`
+    /// within a larger one (a section within a file, a bundle within a section).
+    #[must_use]
+    pub fn at(mut self, base: u64) -> Self {
+        self.offset = self.offset.saturating_add(base);
+        self
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at offset {:#x}: {}", self.offset, self.kind)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.kind.source()
+    }
+}
+
+/// The result type of the parsers.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

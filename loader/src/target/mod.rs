@@ -1,0 +1,71 @@
+//! Targets: AMDGPU target IDs and processors, NVPTX architectures, triples and
+//! offload kinds; what an image claims to be built for.
+
+pub mod amdgpu;
+pub mod kind;
+pub mod nvptx;
+mod processors;
+pub mod triple;
+
+use std::fmt;
+
+pub use amdgpu::{Feature, FeatureSetting, Processor, TargetId, TargetIdError};
+pub use kind::OffloadKind;
+pub use nvptx::{ArchVariant, ComputeCapability, NvArch, PtxVersion};
+pub use triple::{Triple, Vendor};
+
+/// The processor an image was built for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// An AMDGPU target ID.
+    Amdgpu(TargetId),
+    /// An NVPTX architecture.
+    Nvptx(NvArch),
+    /// A name that is not a valid target for its vendor (kept with the reason).
+    Unknown {
+        /// The name as written.
+        name: String,
+        /// Why it is not valid.
+        error: TargetIdError,
+    },
+    /// No processor stated (host code, or a container that names none).
+    None,
+}
+
+impl Arch {
+    /// Parses `name` as a processor of `vendor`; an empty name is [`Arch::None`].
+    pub fn parse(vendor: Option<Vendor>, name: &str) -> Arch {
+        if name.is_empty() {
+            return Arch::None;
+        }
+        let parsed = match vendor {
+            Some(Vendor::Amd) => TargetId::parse(name).map(Arch::Amdgpu),
+            Some(Vendor::Nvidia) => NvArch::parse(name).map(Arch::Nvptx),
+            None => Err(TargetIdError::UnknownProcessor(name.into())),
+        };
+        parsed.unwrap_or_else(|error| Arch::Unknown {
+            name: name.into(),
+            error,
+        })
+    }
+
+    /// The vendor whose devices this arch names.
+    pub fn vendor(&self) -> Option<Vendor> {
+        match self {
+            Arch::Amdgpu(_) => Some(Vendor::Amd),
+            Arch::Nvptx(_) => Some(Vendor::Nvidia),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arch::Amdgpu(id) => id.fmt(f),
+            Arch::Nvptx(arch) => arch.fmt(f),
+            Arch::Unknown { name, .. } => f.write_str(name),
+            Arch::None => Ok(()),
+        }
+    }
+}
