@@ -1,0 +1,355 @@
+//! Clang offload bundles (`__CLANG_OFFLOAD_BUNDLE__`), binary layout.
+//!
+//! Layout (clang/docs/ClangOffloadBundler.rst, "Bundled Binary File Layout";
+//! clang/lib/Driver/OffloadBundler.cpp `BinaryFileHandler`), little-endian:
+//!
+//! | offset | field |
+//! |---|---|
+//! | 0 | magic `__CLANG_OFFLOAD_BUNDLE__` (24 bytes, no NUL) |
+//! | 24 | u64 number of entries |
+//! | 32 | per entry: u64 offset, u64 size, u64 ID length, ID bytes (no NUL) |
+//!
+//! Entry offsets are absolute from the bundle start. Entries may be aligned
+//! (`-bundle-align`, 4096 for HIP), the host entry has size 0 and may be absent.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::read::{utf8, Bytes};
+use crate::target::{Arch, OffloadKind, Processor, Triple};
+
+/// The 24 magic bytes that open a bundle.
+pub const MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";
+
+/// Size of the fixed header: magic and entry count.
+const HEADER_LEN: u64 = 32;
+/// Size of an entry's fixed fields: offset, size, ID length.
+const ENTRY_FIXED_LEN: u64 = 24;
+
+/// A parsed bundle, borrowing its bytes.
+#[derive(Debug, Clone)]
+pub struct Bundle<'a> {
+    data: &'a [u8],
+    len: u64,
+    entries: Vec<BundleEntry<'a>>,
+}
+
+/// One entry of a bundle's table.
+#[derive(Debug, Clone)]
+pub struct BundleEntry<'a> {
+    /// The bundle entry ID, e.g. `hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+`.
+    pub id: &'a str,
+    /// Offset of the code object from the bundle start.
+    pub offset: u64,
+    /// Size of the code object.
+    pub size: u64,
+    /// Offset of this entry's table record from the bundle start.
+    pub record_offset: u64,
+}
+
+impl<'a> Bundle<'a> {
+    /// Whether `data` starts with the bundle magic.
+    pub fn is_bundle(data: &[u8]) -> bool {
+        data.starts_with(MAGIC)
+    }
+
+    /// Parses the bundle at the start of `data`. Bytes after the bundle's last
+    /// entry (further bundles, padding) are left alone; see [`Bundle::len`].
+    ///
+    /// Like clang's reader, rejects entries past the end; it also rejects
+    /// non-empty entries that overlap the header or each other.
+    pub fn parse(data: &'a [u8]) -> Result<Bundle<'a>> {
+        Self::parse_table(data, data.len() as u64)
+    }
+
+    /// Parses only the table of a bundle whose first bytes are `prefix` and whose
+    /// full length is `full_len`: how a compressed bundle is listed from a
+    /// partial decompression. Code-object ranges are checked against `full_len`,
+    /// so [`Bundle::code_object`] must not be called unless `prefix` is whole.
+    pub fn parse_table(prefix: &'a [u8], full_len: u64) -> Result<Bundle<'a>> {
+        let bytes = Bytes(prefix);
+        if !Self::is_bundle(prefix) {
+            return Err(Error::new(
+                0,
+                ErrorKind::BadMagic {
+                    what: "clang offload bundle",
+                },
+            ));
+        }
+        let count = bytes.u64(24, "bundle entry count")?;
+        // Each entry needs at least its fixed fields, so the count is bounded by the input.
+        let max = full_len.saturating_sub(HEADER_LEN) / ENTRY_FIXED_LEN;
+        if count > max {
+            return Err(Error::new(
+                24,
+                ErrorKind::TooLarge {
+                    what: "bundle entry count",
+                    value: count,
+                    limit: max,
+                },
+            ));
+        }
+        let mut entries = Vec::with_capacity(count.min(1024) as usize);
+        let mut pos = HEADER_LEN;
+        for _ in 0..count {
+            let offset = bytes.u64(pos, "bundle entry offset")?;
+            let size = bytes.u64(pos + 8, "bundle entry size")?;
+            let id_len = bytes.u64(pos + 16, "bundle entry ID length")?;
+            let id_bytes = bytes.slice(pos + ENTRY_FIXED_LEN, id_len, "bundle entry ID")?;
+            let id = utf8(id_bytes, pos + ENTRY_FIXED_LEN, "bundle entry ID")?;
+            match offset.checked_add(size) {
+                Some(end) if end <= full_len => {}
+                _ => {
+                    return Err(Error::new(
+                        pos,
+                        ErrorKind::OutOfBounds {
+                            what: "bundle entry code object",
+                            start: offset,
+                            size,
+                            len: full_len,
+                        },
+                    ))
+                }
+            }
+            entries.push(BundleEntry {
+                id,
+                offset,
+                size,
+                record_offset: pos,
+            });
+            pos += ENTRY_FIXED_LEN + id_len;
+        }
+        let table_end = pos;
+        check_layout(&entries, table_end)?;
+        let len = entries
+            .iter()
+            .map(|e| e.offset + e.size)
+            .fold(table_end, u64::max);
+        Ok(Bundle {
+            data: prefix,
+            len,
+            entries,
+        })
+    }
+
+    /// The entries, in table order (the `-targets` order).
+    pub fn entries(&self) -> &[BundleEntry<'a>] {
+        &self.entries
+    }
+
+    /// The bundle's length: the end of its table or of its last code object,
+    /// whichever is later.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the bundle has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The code object of `entry` (zero-copy), or an error if this bundle was
+    /// parsed from a prefix that does not hold it.
+    pub fn code_object(&self, entry: &BundleEntry<'a>) -> Result<&'a [u8]> {
+        Bytes(self.data).slice(entry.offset, entry.size, "bundle entry code object")
+    }
+}
+
+/// Rejects non-empty code objects that overlap the header/table or each other.
+fn check_layout(entries: &[BundleEntry<'_>], table_end: u64) -> Result<()> {
+    let mut ranges: Vec<&BundleEntry<'_>> = entries.iter().filter(|e| e.size > 0).collect();
+    ranges.sort_by_key(|e| e.offset);
+    let mut prev_end = table_end;
+    for e in ranges {
+        if e.offset < prev_end {
+            let why = if prev_end == table_end {
+                "code object overlaps the bundle header"
+            } else {
+                "code object overlaps another entry's code object"
+            };
+            return Err(Error::new(
+                e.record_offset,
+                ErrorKind::Malformed {
+                    what: "bundle entry",
+                    why,
+                },
+            ));
+        }
+        prev_end = e.offset + e.size;
+    }
+    Ok(())
+}
+
+/// A bundle entry ID split into its parts: `<kind>-<triple>[-<target ID>]`.
+///
+/// Split as clang 22's `OffloadTargetInfo` does: kind, then the triple's
+/// arch, vendor and OS, then the environment (empty in
+/// `hipv4-amdgcn-amd-amdhsa--gfx90a`), then the target ID, which may itself
+/// hold a `-` (`gfx11-generic`). Older IDs with a three-field triple
+/// (`hip-amdgcn-amd-amdhsa-gfx906`) are recognised by the GPU name where the
+/// environment would be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BundleId {
+    /// The offload kind (`hip`, `hipv4`, `hcc`, `openmp`, `host`, ...).
+    pub kind: OffloadKind,
+    /// The triple.
+    pub triple: Triple,
+    /// The target ID as written (empty when the ID has none).
+    pub target_id: String,
+    /// The target ID parsed against the triple's vendor.
+    pub arch: Arch,
+}
+
+impl BundleId {
+    /// Splits a bundle entry ID. Never fails: an ID without a recognisable
+    /// kind or triple yields empty fields, which selection reports.
+    pub fn parse(id: &str) -> BundleId {
+        let (kind, rest) = id.split_once('-').unwrap_or((id, ""));
+        let mut fields = rest.splitn(4, '-');
+        let mut next = || fields.next().unwrap_or_default();
+        let (arch, vendor, os, tail) = (next(), next(), next(), next());
+        let first = tail.split([':', '-']).next().unwrap_or_default();
+        let (env, target_id) = if names_gpu(first) {
+            ("", tail)
+        } else {
+            tail.split_once('-').unwrap_or((tail, ""))
+        };
+        let triple = Triple {
+            arch: arch.into(),
+            vendor: vendor.into(),
+            os: os.into(),
+            env: env.into(),
+        };
+        let parsed = Arch::parse(triple.gpu_vendor(), target_id);
+        BundleId {
+            kind: OffloadKind::from_bundle(kind),
+            triple,
+            target_id: target_id.into(),
+            arch: parsed,
+        }
+    }
+}
+
+/// Whether `s` names a GPU processor (known or not): `gfx*`, `sm_*`, `compute_*`
+/// or an AMDGPU alias such as `fiji`.
+fn names_gpu(s: &str) -> bool {
+    s.starts_with("gfx")
+        || s.starts_with("sm_")
+        || s.starts_with("compute_")
+        || Processor::lookup(s).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::{FeatureSetting, TargetId};
+
+    fn build(entries: &[(&str, &[u8])], align: usize) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        out.extend((entries.len() as u64).to_le_bytes());
+        let table_len: usize = entries.iter().map(|(id, _)| 24 + id.len()).sum();
+        let mut next = (32 + table_len).next_multiple_of(align);
+        let mut offsets = vec![];
+        for (id, obj) in entries {
+            offsets.push(next);
+            out.extend((next as u64).to_le_bytes());
+            out.extend((obj.len() as u64).to_le_bytes());
+            out.extend((id.len() as u64).to_le_bytes());
+            out.extend(id.as_bytes());
+            next = (next + obj.len()).next_multiple_of(align);
+        }
+        for ((_, obj), off) in entries.iter().zip(offsets) {
+            out.resize(off, 0);
+            out.extend(*obj);
+        }
+        out
+    }
+
+    #[test]
+    fn parses_entries_and_objects() {
+        let data = build(
+            &[
+                ("host-x86_64-unknown-linux-gnu-", b""),
+                ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+", b"AAAA"),
+                ("hipv4-amdgcn-amd-amdhsa--gfx1100", b"BB"),
+            ],
+            16,
+        );
+        let b = Bundle::parse(&data).unwrap();
+        assert_eq!(b.entries().len(), 3);
+        assert_eq!(b.code_object(&b.entries()[1]).unwrap(), b"AAAA");
+        assert_eq!(b.code_object(&b.entries()[2]).unwrap(), b"BB");
+        assert_eq!(b.len(), data.len() as u64);
+        // Misaligned input parses the same.
+        let mut shifted = vec![0];
+        shifted.extend(&data);
+        assert_eq!(Bundle::parse(&shifted[1..]).unwrap().entries().len(), 3);
+    }
+
+    #[test]
+    fn rejects_bad_tables() {
+        let data = build(&[("hip-amdgcn-amd-amdhsa--gfx906", b"XXXX")], 8);
+        for cut in [0, 10, 24, 31, 40, 60] {
+            assert!(Bundle::parse(&data[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut huge = data.clone();
+        huge[24..32].copy_from_slice(&(1u64 << 48).to_le_bytes());
+        assert!(matches!(
+            Bundle::parse(&huge).unwrap_err().kind,
+            ErrorKind::TooLarge { .. }
+        ));
+        let mut wrap = data.clone();
+        wrap[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(
+            Bundle::parse(&wrap).unwrap_err().kind,
+            ErrorKind::OutOfBounds { .. }
+        ));
+        let mut overlap = data.clone();
+        overlap[32..40].copy_from_slice(&8u64.to_le_bytes());
+        assert!(matches!(
+            Bundle::parse(&overlap).unwrap_err().kind,
+            ErrorKind::Malformed { .. }
+        ));
+        let mut bad_utf8 = data;
+        bad_utf8[56] = 0xff;
+        assert!(matches!(
+            Bundle::parse(&bad_utf8).unwrap_err().kind,
+            ErrorKind::NotUtf8 { .. }
+        ));
+    }
+
+    #[test]
+    fn splits_ids_like_clang() {
+        let id = BundleId::parse("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+");
+        assert_eq!(id.kind, OffloadKind::Hip);
+        assert_eq!(id.triple.to_string(), "amdgcn-amd-amdhsa");
+        assert_eq!(id.target_id, "gfx90a:xnack+");
+        let Arch::Amdgpu(t) = id.arch else { panic!() };
+        assert_eq!(t.xnack, FeatureSetting::On);
+
+        let host = BundleId::parse("host-x86_64-unknown-linux-gnu");
+        assert_eq!(host.kind, OffloadKind::Host);
+        assert_eq!(host.triple.env, "gnu");
+        assert_eq!(host.arch, Arch::None);
+
+        let nv = BundleId::parse("openmp-nvptx64-nvidia-cuda-unknown-sm_80");
+        assert_eq!(nv.arch.to_string(), "sm_80");
+        assert_eq!(nv.triple.arch, "nvptx64");
+
+        let alias = BundleId::parse("hcc-amdgcn-amd-amdhsa--fiji");
+        assert_eq!(alias.arch, Arch::Amdgpu(TargetId::parse("gfx803").unwrap()));
+        let generic = BundleId::parse("hipv4-amdgcn-amd-amdhsa--gfx11-generic");
+        assert_eq!(generic.arch.to_string(), "gfx11-generic");
+        let old = BundleId::parse("hip-amdgcn-amd-amdhsa-gfx906:xnack-");
+        assert_eq!(
+            (old.triple.env.as_str(), old.target_id.as_str()),
+            ("", "gfx906:xnack-")
+        );
+        let old_generic = BundleId::parse("hip-amdgcn-amd-amdhsa-gfx10-3-generic");
+        assert_eq!(old_generic.arch.to_string(), "gfx10-3-generic");
+        let unknown = BundleId::parse("hip-amdgcn-amd-amdhsa--gfx9999:xnack-");
+        assert!(matches!(unknown.arch, Arch::Unknown { .. }));
+        assert_eq!(unknown.target_id, "gfx9999:xnack-");
+        for odd in ["", "-", "hip", "hip-", ":::", "a-b-c-d-e-f-gfx90a"] {
+            let _ = BundleId::parse(odd);
+        }
+    }
+}

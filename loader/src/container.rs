@@ -1,0 +1,358 @@
+//! One offload section's bytes → the containers in it → a uniform list of images.
+//!
+//! A section such as `.hip_fatbin` or `.llvm.offloading` holds containers back
+//! to back (one per translation unit or per image): clang offload bundles,
+//! compressed bundles, offload binaries, NVIDIA fat binaries. [`scan`] walks them
+//! by reading headers only: after a container it jumps to the container's end and
+//! looks for the next magic across the padding, so cost grows with the number of
+//! containers, not with the size of their images. Code objects are read, and
+//! compressed bundles inflated, only when [`Container::image_bytes`] asks.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use crate::bundle::{Bundle, BundleId};
+use crate::compressed::{CompressedBundle, Limits};
+use crate::error::{Error, ErrorKind, Result};
+use crate::offload_binary::{self, ImageKind, OffloadBinary};
+use crate::target::{Arch, OffloadKind, Triple};
+
+/// The kind of container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// A clang offload bundle.
+    Bundle,
+    /// A `CCOB` compressed bundle.
+    CompressedBundle,
+    /// An LLVM offload binary.
+    OffloadBinary,
+    /// An NVIDIA fat binary.
+    NvFatbin,
+}
+
+impl Format {
+    /// The name used in reports: `bundle`, `compressed-bundle`, `offload-binary`, `nv-fatbin`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Bundle => "bundle",
+            Format::CompressedBundle => "compressed-bundle",
+            Format::OffloadBinary => "offload-binary",
+            Format::NvFatbin => "nv-fatbin",
+        }
+    }
+
+    /// The format whose magic `data` starts with.
+    pub fn sniff(data: &[u8]) -> Option<Format> {
+        if data.starts_with(crate::bundle::MAGIC) {
+            Some(Format::Bundle)
+        } else if data.starts_with(crate::compressed::MAGIC) {
+            Some(Format::CompressedBundle)
+        } else if data.starts_with(offload_binary::MAGIC) {
+            Some(Format::OffloadBinary)
+        } else if data.starts_with(&NV_FATBIN_MAGIC.to_le_bytes()) {
+            Some(Format::NvFatbin)
+        } else {
+            None
+        }
+    }
+}
+
+const NV_FATBIN_MAGIC: u32 = 0xBA55_ED50;
+
+/// One image of a container, described without its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// Position in the container's table.
+    pub index: usize,
+    /// The bundle entry ID; for other containers, an ID in the same form built
+    /// from the image's kind, triple and arch.
+    pub id: String,
+    /// The runtime that loads it.
+    pub offload_kind: OffloadKind,
+    /// Its triple.
+    pub triple: Triple,
+    /// The processor it claims to be built for.
+    pub arch: Arch,
+    /// What the container says the image is (bundles say nothing: `None`).
+    pub image_kind: ImageKind,
+    /// Offset from the container's start; for a compressed bundle, from the
+    /// start of the uncompressed bundle.
+    pub offset: u64,
+    /// Size in bytes (uncompressed).
+    pub size: u64,
+    /// Whether the image sits inside a compressed payload.
+    pub compressed: bool,
+    /// What the image's own header says it is; `None` when it was not read
+    /// (an image inside a compressed bundle that was not inflated).
+    pub content: Option<Content>,
+}
+
+/// What an image's own first bytes say it is: used to name images that carry
+/// no ID and to check what a container claims against what the image is.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Content {
+    /// The code it holds.
+    pub code: Code,
+    /// The processor its header names, if it names one.
+    pub arch: Option<Arch>,
+    /// The generic code-object version (AMDGPU code object v6, generic targets).
+    pub generic_version: Option<u8>,
+    /// The `.version` of PTX text.
+    pub ptx_version: Option<crate::target::PtxVersion>,
+}
+
+/// The kind of code in an image, from its magic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Code {
+    /// An AMDGPU code object (ELF, `EM_AMDGPU`).
+    AmdgpuElf,
+    /// An NVIDIA cubin (ELF, `EM_CUDA`).
+    Cubin,
+    /// Another ELF (a host object).
+    OtherElf,
+    /// PTX text.
+    Ptx,
+    /// LLVM bitcode: must be linked and compiled first, cannot be loaded.
+    Bitcode,
+    /// SPIR-V.
+    SpirV,
+    /// An NVIDIA fat binary.
+    NvFatbin,
+    /// Empty (a host entry).
+    Empty,
+    /// Anything else.
+    #[default]
+    Unknown,
+}
+
+impl Image {
+    /// Whether this is a bundle's host entry (never loaded on a device).
+    pub fn is_host(&self) -> bool {
+        self.offload_kind == OffloadKind::Host
+    }
+}
+
+/// A container found in a section.
+#[derive(Debug)]
+pub struct Container<'a> {
+    /// Offset of the container from the start of the scanned bytes.
+    pub offset: u64,
+    /// Its format.
+    pub format: Format,
+    /// Bytes it occupies in the section.
+    pub len: u64,
+    /// For a compressed bundle: its header.
+    pub compression: Option<CompressedBundle<'a>>,
+    /// Its images, in table order.
+    pub images: Vec<Image>,
+    data: &'a [u8],
+    inflated: OnceLock<std::result::Result<Vec<u8>, Error>>,
+}
+
+/// The first bytes decompressed to read a compressed bundle's table; doubled
+/// until the table fits.
+const TABLE_PREFIX: u64 = 16 << 10;
+
+impl<'a> Container<'a> {
+    /// Parses the container at the start of `data`, reading only its headers.
+    /// Offsets in errors and in the result are relative to `data`.
+    pub fn parse(data: &'a [u8], limits: &Limits) -> Result<Container<'a>> {
+        let format = Format::sniff(data).ok_or(Error::new(
+            0,
+            ErrorKind::BadMagic {
+                what: "offload container (bundle, CCOB, offload binary or NVIDIA fat binary)",
+            },
+        ))?;
+        let (len, compression, images) = match format {
+            Format::Bundle => {
+                let bundle = Bundle::parse(data)?;
+                (bundle.len(), None, bundle_images(&bundle, false))
+            }
+            Format::CompressedBundle => {
+                let ccob = CompressedBundle::parse(data)?;
+                let images = compressed_images(&ccob, limits)?;
+                (ccob.len(), Some(ccob), images)
+            }
+            Format::OffloadBinary => {
+                let bin = OffloadBinary::parse(data)?;
+                (bin.len(), None, offload_binary_images(&bin))
+            }
+            Format::NvFatbin => {
+                return Err(Error::new(
+                    0,
+                    ErrorKind::Malformed {
+                        what: "NVIDIA fat binary",
+                        why: "PENDING",
+                    },
+                ))
+            }
+        };
+        Ok(Container {
+            offset: 0,
+            format,
+            len,
+            compression,
+            images,
+            data: &data[..len as usize],
+            inflated: OnceLock::new(),
+        })
+    }
+
+    /// The container's bytes as stored (compressed for a `CCOB`).
+    pub fn raw(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// The bytes of image `index`: borrowed when stored plainly; for a
+    /// compressed bundle, the whole bundle is inflated (once, hash checked) and
+    /// the image copied out of it.
+    pub fn image_bytes(&self, index: usize, limits: &Limits) -> Result<Cow<'a, [u8]>> {
+        let image = self.images.get(index).ok_or(Error::new(
+            self.offset,
+            ErrorKind::BadValue {
+                what: "image index",
+                value: index as u64,
+            },
+        ))?;
+        let at = |e: Error| e.at(self.offset);
+        match (self.format, &self.compression) {
+            (Format::CompressedBundle, Some(ccob)) => {
+                let inflated = self
+                    .inflated
+                    .get_or_init(|| ccob.decompress(limits))
+                    .as_ref()
+                    .map_err(|e| at(e.clone()))?;
+                let bytes = crate::read::Bytes(inflated)
+                    .slice(image.offset, image.size, "bundle entry code object")
+                    .map_err(at)?;
+                Ok(Cow::Owned(bytes.to_vec()))
+            }
+            _ => crate::read::Bytes(self.data)
+                .slice(image.offset, image.size, "image")
+                .map(Cow::Borrowed)
+                .map_err(at),
+        }
+    }
+}
+
+fn bundle_images(bundle: &Bundle<'_>, compressed: bool) -> Vec<Image> {
+    bundle
+        .entries()
+        .iter()
+        .enumerate()
+        .map(|(index, e)| {
+            let id = BundleId::parse(e.id);
+            Image {
+                index,
+                id: e.id.to_owned(),
+                offload_kind: id.kind,
+                triple: id.triple,
+                arch: id.arch,
+                image_kind: ImageKind::None,
+                offset: e.offset,
+                size: e.size,
+                compressed,
+                content: None,
+            }
+        })
+        .collect()
+}
+
+/// Lists a compressed bundle by inflating only as much as its table needs.
+fn compressed_images(ccob: &CompressedBundle<'_>, limits: &Limits) -> Result<Vec<Image>> {
+    if ccob.uncompressed_size > limits.max_uncompressed {
+        return ccob.decompress(limits).map(|_| Vec::new());
+    }
+    let mut want = TABLE_PREFIX.min(ccob.uncompressed_size);
+    loop {
+        let prefix = ccob.decompress_prefix(want)?;
+        match Bundle::parse_table(&prefix, ccob.uncompressed_size) {
+            Ok(bundle) => return Ok(bundle_images(&bundle, true)),
+            Err(e)
+                if matches!(
+                    e.kind,
+                    ErrorKind::Truncated { .. } | ErrorKind::OutOfBounds { .. }
+                ) && (prefix.len() as u64) == want
+                    && want < ccob.uncompressed_size =>
+            {
+                want = want.saturating_mul(2).min(ccob.uncompressed_size);
+            }
+            Err(e) => return Err(e.at(ccob.header_len)),
+        }
+    }
+}
+
+fn offload_binary_images(bin: &OffloadBinary<'_>) -> Vec<Image> {
+    bin.entries()
+        .iter()
+        .enumerate()
+        .map(|(index, e)| {
+            let triple = e.triple();
+            let arch = e.arch();
+            let kind = e.offload_kind.clone();
+            Image {
+                index,
+                id: format!("{kind}-{triple}-{}", e.get("arch").unwrap_or_default()),
+                offload_kind: kind,
+                triple,
+                arch,
+                image_kind: e.image_kind,
+                offset: e.image_offset,
+                size: e.image.len() as u64,
+                compressed: false,
+                content: None,
+            }
+        })
+        .collect()
+}
+
+/// Every container in `section`, in order, with offsets relative to `section`.
+///
+/// A container that fails to parse yields its error, and the scan resumes at
+/// the next magic after it, so one bad container does not hide the others.
+/// Zero padding between containers is skipped; other unrecognised bytes are
+/// reported once per gap.
+pub fn scan<'a>(section: &'a [u8], limits: &Limits) -> Vec<Result<Container<'a>>> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while pos < section.len() {
+        let Some(start) = next_container(section, pos) else {
+            if section[pos..].iter().any(|&b| b != 0) {
+                out.push(Err(unrecognised(pos)));
+            }
+            break;
+        };
+        if section[pos..start].iter().any(|&b| b != 0) {
+            out.push(Err(unrecognised(pos)));
+        }
+        match Container::parse(&section[start..], limits) {
+            Ok(mut c) => {
+                c.offset = start as u64;
+                pos = start + (c.len as usize).max(1);
+                out.push(Ok(c));
+            }
+            Err(e) => {
+                out.push(Err(e.at(start as u64)));
+                pos = start + 1;
+            }
+        }
+    }
+    out
+}
+
+fn unrecognised(at: usize) -> Error {
+    Error::new(
+        at as u64,
+        ErrorKind::Malformed {
+            what: "section bytes",
+            why: "not an offload container and not zero padding",
+        },
+    )
+}
+
+/// Offset of the first container magic at or after `from`.
+fn next_container(data: &[u8], from: usize) -> Option<usize> {
+    (from..data.len()).find(|&i| {
+        matches!(data[i], b'_' | b'C' | 0x10 | 0x50) && Format::sniff(&data[i..]).is_some()
+    })
+}

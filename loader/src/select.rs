@@ -1,0 +1,710 @@
+//! Which image a device runs: compatibility by the target-ID rules, best fit
+//! among the compatible images, and a reason for every image not chosen.
+
+use std::fmt;
+
+#[cfg(test)]
+use crate::container::Content;
+use crate::container::{Code, Image};
+use crate::offload_binary::ImageKind;
+use crate::target::amdgpu::MAX_GENERIC_VERSION;
+use crate::target::{
+    Arch, ArchVariant, ComputeCapability, Feature, FeatureSetting, NvArch, OffloadKind, PtxVersion,
+    TargetId, TargetIdError, Triple, Vendor,
+};
+
+/// What a device can run, as selection needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceTarget {
+    /// An AMD GPU: its processor and its xnack/sramecc settings
+    /// ([`crate::target::FeatureSetting::Any`] where the source could not tell).
+    Amdgpu(TargetId),
+    /// An NVIDIA GPU.
+    Nvidia {
+        /// Its compute capability.
+        capability: ComputeCapability,
+        /// The newest PTX ISA its driver can JIT, if known.
+        max_ptx: Option<PtxVersion>,
+    },
+}
+
+impl DeviceTarget {
+    /// Parses a device as a person writes it: an AMDGPU target ID whose features
+    /// are the device's settings (`gfx90a:sramecc+:xnack-`; a feature left out is
+    /// unknown), or an NVIDIA `sm_XY` (no `a`/`f`: those name code, not devices).
+    pub fn parse(s: &str) -> Result<DeviceTarget, TargetIdError> {
+        if s.starts_with("sm_") {
+            let arch = NvArch::parse(s)?;
+            if arch.variant != ArchVariant::Base {
+                return Err(TargetIdError::BadNvptxArch(s.into()));
+            }
+            Ok(DeviceTarget::Nvidia {
+                capability: arch.capability,
+                max_ptx: None,
+            })
+        } else {
+            TargetId::parse(s).map(DeviceTarget::Amdgpu)
+        }
+    }
+
+    /// The device's vendor.
+    pub fn vendor(&self) -> Vendor {
+        match self {
+            DeviceTarget::Amdgpu(_) => Vendor::Amd,
+            DeviceTarget::Nvidia { .. } => Vendor::Nvidia,
+        }
+    }
+}
+
+/// The device's target: `gfx90a:sramecc+:xnack-` or `sm_90`.
+impl fmt::Display for DeviceTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceTarget::Amdgpu(id) => id.fmt(f),
+            DeviceTarget::Nvidia { capability, .. } => capability.fmt(f),
+        }
+    }
+}
+
+/// Which images selection considers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Only images of this offload kind (the HIP runtime takes `hip`, libomptarget
+    /// `openmp`); `None` takes any kind but `host`.
+    pub offload_kind: Option<OffloadKind>,
+}
+
+/// How well a compatible image fits a device. Compared field by field, in
+/// declaration order; greater is better. This is the ranking:
+///
+/// 1. native code (an AMDGPU code object, a cubin) beats code the driver must
+///    JIT-compile (PTX);
+/// 2. a specific processor beats its generic family (`gfx1100` over `gfx11-generic`);
+/// 3. an image whose feature settings are all known to hold beats one that
+///    relies on settings the device did not report (detected through KFD);
+/// 4. more features stated and equal to the device's beats "any"
+///    (`gfx90a:xnack-` over `gfx90a` on an xnack- device);
+/// 5. for NVIDIA, the newest architecture not above the device, arch- and
+///    family-specific code over the base arch;
+/// 6. on a tie, the earlier image (bundle order, what the HIP runtime would take).
+///
+/// The HIP runtime and comgr take the first compatible image in bundle order
+/// (clr `hip_code_object.cpp`); ranking instead picks the best one whatever the
+/// order, and says why the others lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Fit {
+    /// Native code rather than PTX.
+    pub native: bool,
+    /// A specific processor rather than a generic family.
+    pub specific: bool,
+    /// No feature setting taken on trust.
+    pub certain: bool,
+    /// Number of features the image states that equal the device's.
+    pub exact_features: u8,
+    /// NVIDIA only: the image's capability (closer to the device is better).
+    pub capability: (u8, u8),
+    /// NVIDIA only: 2 arch-specific, 1 family-specific, 0 base.
+    pub variant: u8,
+}
+
+/// Why an image will not be used on a device: one plain sentence each.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// The bundle's host entry.
+    #[error("it is the host entry, which no device runs")]
+    HostEntry,
+    /// The offload kind is not the one being registered.
+    #[error("it is a {image} image and {wanted} images are being registered")]
+    OffloadKind {
+        /// The image's kind.
+        image: OffloadKind,
+        /// The kind asked for.
+        wanted: OffloadKind,
+    },
+    /// The triple is not a GPU one.
+    #[error("its triple {0} is not a GPU target")]
+    NotGpuTriple(Triple),
+    /// Built for the other vendor.
+    #[error("it is {image} code and the device is an {device} GPU")]
+    WrongVendor {
+        /// The image's vendor.
+        image: Vendor,
+        /// The device's vendor.
+        device: Vendor,
+    },
+    /// The image names no processor.
+    #[error("it names no processor")]
+    NoArch,
+    /// The processor is not valid.
+    #[error("its target {name} is not valid: {error}")]
+    UnknownArch {
+        /// The name as written.
+        name: String,
+        /// Why.
+        error: crate::target::TargetIdError,
+    },
+    /// The image's header contradicts its container's claim.
+    #[error("its header says it is for {actual}, not {claimed} as its container claims")]
+    ClaimMismatch {
+        /// What the container says.
+        claimed: Arch,
+        /// What the image header says.
+        actual: Arch,
+    },
+    /// Code that cannot be loaded as is.
+    #[error("it holds {0}, which the driver cannot load as is")]
+    NotLoadable(&'static str),
+    /// Built for another AMDGPU processor.
+    #[error("it is built for {image}, the device is {device}")]
+    OtherProcessor {
+        /// The image's processor.
+        image: &'static str,
+        /// The device's processor.
+        device: &'static str,
+    },
+    /// A generic image whose family does not include the device.
+    #[error("{generic} code does not run on {device}, which is not in that family")]
+    NotInFamily {
+        /// The generic processor.
+        generic: &'static str,
+        /// The device's processor.
+        device: &'static str,
+    },
+    /// A generic image newer than this loader understands.
+    #[error("its generic version {version} is newer than the newest this loader knows ({max})")]
+    GenericVersionTooNew {
+        /// The image's generic version.
+        version: u8,
+        /// The newest known.
+        max: u8,
+    },
+    /// A generic image older than the device's membership in the family.
+    #[error("its generic version {version} predates {device}, which joined the family at version {joined}")]
+    GenericVersionTooOld {
+        /// The image's generic version.
+        version: u8,
+        /// The device's processor.
+        device: &'static str,
+        /// The version at which it joined.
+        joined: u8,
+    },
+    /// A feature the image sets differently from the device.
+    #[error("it needs {feature}{} but the device is {feature}{}", sign(*.image), sign(*.device))]
+    Feature {
+        /// The feature.
+        feature: &'static str,
+        /// The image's setting.
+        image: FeatureSetting,
+        /// The device's setting.
+        device: FeatureSetting,
+    },
+    /// A cubin that does not run natively on the device.
+    #[error("{image} code runs only on {}, the device is {device}", native_range(.image))]
+    NativeArch {
+        /// The cubin's arch.
+        image: NvArch,
+        /// The device.
+        device: ComputeCapability,
+    },
+    /// PTX for a newer device.
+    #[error("PTX for {image} cannot be compiled for the older {device}")]
+    PtxArch {
+        /// The PTX's target.
+        image: NvArch,
+        /// The device.
+        device: ComputeCapability,
+    },
+    /// PTX of an ISA version newer than the driver can JIT.
+    #[error("its PTX ISA {ptx} is newer than the driver can compile (up to {max})")]
+    PtxTooNew {
+        /// The PTX's `.version`.
+        ptx: PtxVersion,
+        /// The newest the driver takes.
+        max: PtxVersion,
+    },
+    /// Compatible, but another image fits better.
+    #[error("it would run, but image {by} fits better ({why})")]
+    Outranked {
+        /// Index of the chosen image.
+        by: usize,
+        /// What made the chosen image better.
+        why: &'static str,
+    },
+}
+
+fn sign(s: FeatureSetting) -> &'static str {
+    match s {
+        FeatureSetting::On => "+",
+        FeatureSetting::Off => "-",
+        FeatureSetting::Any => " unknown",
+    }
+}
+
+fn native_range(arch: &NvArch) -> String {
+    let cc = arch.capability;
+    match arch.variant {
+        crate::target::ArchVariant::ArchSpecific => format!("exactly {cc}"),
+        _ if cc.minor == 9 => format!("{cc}"),
+        _ => format!("{cc} to sm_{}9", cc.major),
+    }
+}
+
+/// The outcome of selecting among a container's images for one device.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Selection {
+    /// Index of the chosen image, if any image fits.
+    pub chosen: Option<usize>,
+    /// Every compatible image, best first, with its fit.
+    pub compatible: Vec<(usize, Fit)>,
+    /// Every image not chosen, with the reason, in image order.
+    pub rejected: Vec<(usize, Rejection)>,
+}
+
+/// Selects the image `device` should run among `images` (indices into `images`).
+pub fn select(device: &DeviceTarget, images: &[Image], policy: &Policy) -> Selection {
+    let mut selection = Selection::default();
+    for (i, image) in images.iter().enumerate() {
+        match check(device, image, policy) {
+            Ok(fit) => selection.compatible.push((i, fit)),
+            Err(r) => selection.rejected.push((i, r)),
+        }
+    }
+    // Stable sort, best first: ties keep image order.
+    selection.compatible.sort_by(|a, b| b.1.cmp(&a.1));
+    if let Some(&(best, best_fit)) = selection.compatible.first() {
+        selection.chosen = Some(best);
+        for &(i, fit) in &selection.compatible[1..] {
+            selection.rejected.push((
+                i,
+                Rejection::Outranked {
+                    by: best,
+                    why: why_better(&best_fit, &fit),
+                },
+            ));
+        }
+        selection.rejected.sort_by_key(|(i, _)| *i);
+    }
+    selection
+}
+
+fn why_better(best: &Fit, other: &Fit) -> &'static str {
+    if best.native != other.native {
+        "native code needs no JIT compilation"
+    } else if best.specific != other.specific {
+        "code for the specific processor beats its generic family"
+    } else if best.certain != other.certain {
+        "it relies on no unreported feature setting"
+    } else if best.exact_features != other.exact_features {
+        "its features match the device exactly"
+    } else if best.capability != other.capability {
+        "it is built for a closer architecture"
+    } else if best.variant != other.variant {
+        "its architecture-specific code is tuned for this device"
+    } else {
+        "it comes first"
+    }
+}
+
+/// Whether `image` runs on `device`, and how well.
+pub fn check(device: &DeviceTarget, image: &Image, policy: &Policy) -> Result<Fit, Rejection> {
+    if image.is_host() {
+        return Err(Rejection::HostEntry);
+    }
+    if let Some(wanted) = &policy.offload_kind {
+        if &image.offload_kind != wanted {
+            return Err(Rejection::OffloadKind {
+                image: image.offload_kind.clone(),
+                wanted: wanted.clone(),
+            });
+        }
+    }
+    let content = image.content.as_ref();
+    let code = content.map_or(Code::Unknown, |c| c.code);
+    match (code, image.image_kind) {
+        (Code::Bitcode, _) | (_, ImageKind::Bitcode) => {
+            return Err(Rejection::NotLoadable("LLVM bitcode"))
+        }
+        (Code::SpirV, _) | (_, ImageKind::SpirV) => return Err(Rejection::NotLoadable("SPIR-V")),
+        _ => {}
+    }
+    let Some(vendor) = image.triple.gpu_vendor() else {
+        return Err(Rejection::NotGpuTriple(image.triple.clone()));
+    };
+    if vendor != device.vendor() {
+        return Err(Rejection::WrongVendor {
+            image: vendor,
+            device: device.vendor(),
+        });
+    }
+    if let Some(actual) = content.and_then(|c| c.arch.as_ref()) {
+        if contradicts(&image.arch, actual) {
+            return Err(Rejection::ClaimMismatch {
+                claimed: image.arch.clone(),
+                actual: actual.clone(),
+            });
+        }
+    }
+    let arch = match (&image.arch, content.and_then(|c| c.arch.as_ref())) {
+        (Arch::None, Some(actual)) => actual,
+        (claimed, _) => claimed,
+    };
+    match (device, arch) {
+        (_, Arch::None) => Err(Rejection::NoArch),
+        (_, Arch::Unknown { name, error }) => Err(Rejection::UnknownArch {
+            name: name.clone(),
+            error: error.clone(),
+        }),
+        (DeviceTarget::Amdgpu(dev), Arch::Amdgpu(img)) => {
+            check_amdgpu(dev, img, content.and_then(|c| c.generic_version))
+        }
+        (
+            DeviceTarget::Nvidia {
+                capability,
+                max_ptx,
+            },
+            Arch::Nvptx(img),
+        ) => {
+            let ptx = code == Code::Ptx || image.image_kind == ImageKind::Ptx;
+            check_nvidia(
+                *capability,
+                *max_ptx,
+                img,
+                ptx,
+                content.and_then(|c| c.ptx_version),
+            )
+        }
+        (_, other) => Err(Rejection::WrongVendor {
+            image: other.vendor().unwrap_or(vendor),
+            device: device.vendor(),
+        }),
+    }
+}
+
+/// Whether a header's arch contradicts a container's claim: another processor,
+/// or a feature set one way in the claim and the other way in the header.
+fn contradicts(claimed: &Arch, actual: &Arch) -> bool {
+    match (claimed, actual) {
+        (Arch::Amdgpu(c), Arch::Amdgpu(a)) => {
+            c.processor != a.processor
+                || Feature::ALL.into_iter().any(|f| {
+                    let (c, a) = (c.setting(f), a.setting(f));
+                    c != FeatureSetting::Any && a != FeatureSetting::Any && c != a
+                })
+        }
+        (Arch::Nvptx(c), Arch::Nvptx(a)) => c.capability != a.capability,
+        (Arch::None, _) => false,
+        (Arch::Unknown { .. }, _) => false,
+        (c, a) => c.vendor() != a.vendor(),
+    }
+}
+
+fn check_amdgpu(
+    dev: &TargetId,
+    img: &TargetId,
+    generic_version: Option<u8>,
+) -> Result<Fit, Rejection> {
+    let specific = !img.processor.is_generic();
+    if specific {
+        if img.processor != dev.processor {
+            return Err(Rejection::OtherProcessor {
+                image: img.processor.name,
+                device: dev.processor.name,
+            });
+        }
+    } else {
+        if dev.processor.generic() != Some(img.processor) {
+            return Err(Rejection::NotInFamily {
+                generic: img.processor.name,
+                device: dev.processor.name,
+            });
+        }
+        let version = generic_version.unwrap_or(img.processor.generic_version);
+        if version > MAX_GENERIC_VERSION {
+            return Err(Rejection::GenericVersionTooNew {
+                version,
+                max: MAX_GENERIC_VERSION,
+            });
+        }
+        let joined = dev.processor.generic_join_version();
+        if version < joined {
+            return Err(Rejection::GenericVersionTooOld {
+                version,
+                device: dev.processor.name,
+                joined,
+            });
+        }
+    }
+    let mut exact_features = 0;
+    let mut certain = true;
+    for feature in Feature::ALL {
+        let (want, have) = (img.setting(feature), dev.setting(feature));
+        match (want, have) {
+            (FeatureSetting::Any, _) => {}
+            (_, FeatureSetting::Any) => certain = false,
+            (w, h) if w == h => exact_features += 1,
+            _ => {
+                return Err(Rejection::Feature {
+                    feature: feature.name(),
+                    image: want,
+                    device: have,
+                })
+            }
+        }
+    }
+    Ok(Fit {
+        native: true,
+        specific,
+        certain,
+        exact_features,
+        capability: (0, 0),
+        variant: 0,
+    })
+}
+
+fn check_nvidia(
+    device: ComputeCapability,
+    max_ptx: Option<PtxVersion>,
+    img: &NvArch,
+    ptx: bool,
+    ptx_version: Option<PtxVersion>,
+) -> Result<Fit, Rejection> {
+    if ptx {
+        if !img.jits_on(device) {
+            return Err(Rejection::PtxArch {
+                image: *img,
+                device,
+            });
+        }
+        if let (Some(ptx), Some(max)) = (ptx_version, max_ptx) {
+            if ptx > max {
+                return Err(Rejection::PtxTooNew { ptx, max });
+            }
+        }
+    } else if !img.runs_natively_on(device) {
+        return Err(Rejection::NativeArch {
+            image: *img,
+            device,
+        });
+    }
+    Ok(Fit {
+        native: !ptx,
+        specific: true,
+        certain: true,
+        exact_features: 0,
+        capability: (img.capability.major, img.capability.minor),
+        variant: match img.variant {
+            ArchVariant::ArchSpecific => 2,
+            ArchVariant::FamilySpecific => 1,
+            ArchVariant::Base => 0,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundle::BundleId;
+
+    fn images(ids: &[&str]) -> Vec<Image> {
+        ids.iter()
+            .enumerate()
+            .map(|(index, id)| {
+                let b = BundleId::parse(id);
+                Image {
+                    index,
+                    id: id.to_string(),
+                    offload_kind: b.kind,
+                    triple: b.triple,
+                    arch: b.arch,
+                    image_kind: ImageKind::None,
+                    offset: 0,
+                    size: 1,
+                    compressed: false,
+                    content: None,
+                }
+            })
+            .collect()
+    }
+
+    fn pick(device: &str, ids: &[&str]) -> Selection {
+        select(
+            &DeviceTarget::parse(device).unwrap(),
+            &images(ids),
+            &Policy::default(),
+        )
+    }
+
+    const ROCM: &[&str] = &[
+        "host-x86_64-unknown-linux-gnu",
+        "hipv4-amdgcn-amd-amdhsa--gfx906",
+        "hipv4-amdgcn-amd-amdhsa--gfx90a",
+        "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+",
+        "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-",
+        "hipv4-amdgcn-amd-amdhsa--gfx11-generic",
+        "hipv4-amdgcn-amd-amdhsa--gfx1100",
+    ];
+
+    #[test]
+    fn best_fit_prefers_exact_features_over_bundle_order() {
+        let s = pick("gfx90a:sramecc+:xnack-", ROCM);
+        assert_eq!(s.chosen, Some(4));
+        let reasons: Vec<String> = s
+            .rejected
+            .iter()
+            .map(|(i, r)| format!("{i}: {r}"))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "0: it is the host entry, which no device runs",
+                "1: it is built for gfx906, the device is gfx90a",
+                "2: it would run, but image 4 fits better (its features match the device exactly)",
+                "3: it needs xnack+ but the device is xnack-",
+                "5: gfx11-generic code does not run on gfx90a, which is not in that family",
+                "6: it is built for gfx1100, the device is gfx90a",
+            ]
+        );
+        assert_eq!(pick("gfx90a:xnack+", ROCM).chosen, Some(3));
+    }
+
+    #[test]
+    fn unknown_device_features_rank_below_certain_ones() {
+        // A device seen through KFD: xnack unknown. The "any" image surely runs.
+        let s = pick("gfx90a", ROCM);
+        assert_eq!(s.chosen, Some(2));
+        assert_eq!(s.compatible.len(), 3);
+        assert!(s.compatible.iter().skip(1).all(|(_, f)| !f.certain));
+    }
+
+    #[test]
+    fn specific_beats_generic_and_generic_covers_family() {
+        assert_eq!(pick("gfx1100", ROCM).chosen, Some(6));
+        let s = pick("gfx1151", ROCM);
+        assert_eq!(s.chosen, Some(5));
+        let s = pick("gfx1201", ROCM);
+        assert_eq!(s.chosen, None);
+        assert_eq!(s.rejected.len(), ROCM.len());
+    }
+
+    #[test]
+    fn generic_version_bounds() {
+        let mut imgs = images(&["hip-amdgcn-amd-amdhsa--gfx11-generic"]);
+        let dev = DeviceTarget::parse("gfx1103").unwrap();
+        for (v, ok) in [(0, false), (1, true), (2, false)] {
+            imgs[0].content = Some(Content {
+                code: Code::AmdgpuElf,
+                generic_version: Some(v),
+                ..Content::default()
+            });
+            let s = select(&dev, &imgs, &Policy::default());
+            assert_eq!(s.chosen.is_some(), ok, "version {v}: {:?}", s.rejected);
+        }
+    }
+
+    #[test]
+    fn claim_checked_against_header() {
+        let mut imgs = images(&["hip-amdgcn-amd-amdhsa--gfx90a"]);
+        imgs[0].content = Some(Content {
+            code: Code::AmdgpuElf,
+            arch: Some(Arch::Amdgpu(TargetId::parse("gfx906").unwrap())),
+            ..Content::default()
+        });
+        let s = select(
+            &DeviceTarget::parse("gfx90a").unwrap(),
+            &imgs,
+            &Policy::default(),
+        );
+        assert!(matches!(s.rejected[0].1, Rejection::ClaimMismatch { .. }));
+    }
+
+    #[test]
+    fn offload_kind_policy_and_vendor() {
+        let ids = [
+            "openmp-amdgcn-amd-amdhsa--gfx90a",
+            "hip-amdgcn-amd-amdhsa--gfx90a",
+        ];
+        let dev = DeviceTarget::parse("gfx90a").unwrap();
+        let hip = Policy {
+            offload_kind: Some(OffloadKind::Hip),
+        };
+        assert_eq!(select(&dev, &images(&ids), &hip).chosen, Some(1));
+        let s = pick("sm_80", &ids);
+        assert_eq!(s.chosen, None);
+        assert!(matches!(s.rejected[0].1, Rejection::WrongVendor { .. }));
+    }
+
+    fn nv(ids: &[(&str, bool)]) -> Vec<Image> {
+        let mut imgs = images(&ids.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+        for (img, (_, ptx)) in imgs.iter_mut().zip(ids) {
+            img.image_kind = if *ptx {
+                ImageKind::Ptx
+            } else {
+                ImageKind::Cubin
+            };
+        }
+        imgs
+    }
+
+    #[test]
+    fn nvidia_rules() {
+        let imgs = nv(&[
+            ("cuda-nvptx64-nvidia-cuda--sm_70", false),
+            ("cuda-nvptx64-nvidia-cuda--sm_80", false),
+            ("cuda-nvptx64-nvidia-cuda--sm_86", false),
+            ("cuda-nvptx64-nvidia-cuda--sm_90a", false),
+            ("cuda-nvptx64-nvidia-cuda--sm_80", true),
+        ]);
+        let on = |sm: u32| {
+            let dev = DeviceTarget::Nvidia {
+                capability: ComputeCapability::from_sm(sm).unwrap(),
+                max_ptx: Some(PtxVersion { major: 8, minor: 4 }),
+            };
+            select(&dev, &imgs, &Policy::default())
+        };
+        assert_eq!(on(86).chosen, Some(2));
+        assert_eq!(on(89).chosen, Some(2));
+        assert_eq!(on(80).chosen, Some(1));
+        assert_eq!(on(90).chosen, Some(3));
+        // sm_100: no cubin runs, PTX for sm_80 is compiled by the driver.
+        let s = on(100);
+        assert_eq!(s.chosen, Some(4));
+        assert_eq!(
+            s.rejected[3].1.to_string(),
+            "sm_90a code runs only on exactly sm_90, the device is sm_100"
+        );
+        assert_eq!(
+            s.rejected[0].1.to_string(),
+            "sm_70 code runs only on sm_70 to sm_79, the device is sm_100"
+        );
+        assert_eq!(on(75).chosen, Some(0));
+        assert_eq!(on(61).chosen, None);
+
+        let mut ptx = nv(&[("cuda-nvptx64-nvidia-cuda--sm_80", true)]);
+        ptx[0].content = Some(Content {
+            code: Code::Ptx,
+            ptx_version: Some(PtxVersion { major: 8, minor: 8 }),
+            ..Content::default()
+        });
+        let dev = DeviceTarget::Nvidia {
+            capability: ComputeCapability::from_sm(90).unwrap(),
+            max_ptx: Some(PtxVersion { major: 8, minor: 4 }),
+        };
+        let s = select(&dev, &ptx, &Policy::default());
+        assert_eq!(
+            s.rejected[0].1.to_string(),
+            "its PTX ISA 8.8 is newer than the driver can compile (up to 8.4)"
+        );
+    }
+
+    #[test]
+    fn device_parse() {
+        assert!(DeviceTarget::parse("sm_90a").is_err());
+        assert!(DeviceTarget::parse("gfx9999").is_err());
+        assert_eq!(
+            DeviceTarget::parse("gfx90a:xnack-:sramecc+")
+                .unwrap()
+                .to_string(),
+            "gfx90a:sramecc+:xnack-"
+        );
+    }
+}
