@@ -90,12 +90,8 @@ impl<'a> Bytes<'a> {
 
 /// `bytes` as UTF-8, or a [`ErrorKind::NotUtf8`] error at `offset`.
 pub fn utf8<'a>(bytes: &'a [u8], offset: u64, what: &'static str) -> Result<&'a str> {
-    std::str::from_utf8(bytes).map_err(|e| {
-        Error::new(
-            offset + e.valid_up_to() as u64,
-            ErrorKind::NotUtf8 { what },
-        )
-    })
+    std::str::from_utf8(bytes)
+        .map_err(|e| Error::new(offset + e.valid_up_to() as u64, ErrorKind::NotUtf8 { what }))
 }
 
 /// `value` rounded up to a multiple of `align` (a power of two), or `None` on overflow.
@@ -125,7 +121,10 @@ mod tests {
     fn c_str_needs_nul_and_utf8() {
         let b = Bytes(b"ab\0\xff\0cd");
         assert_eq!(b.c_str(0, "s").unwrap(), "ab");
-        assert!(matches!(b.c_str(3, "s").unwrap_err().kind, ErrorKind::NotUtf8 { .. }));
+        assert!(matches!(
+            b.c_str(3, "s").unwrap_err().kind,
+            ErrorKind::NotUtf8 { .. }
+        ));
         assert!(b.c_str(5, "s").is_err());
     }
 }

@@ -292,10 +292,17 @@ mod tests {
         assert_eq!(Processor::lookup("fiji").unwrap().name, "gfx803");
         assert_eq!(Processor::from_mach(0x54).unwrap().name, "gfx11-generic");
         assert_eq!(
-            Processor::lookup("gfx1151").unwrap().generic().unwrap().name,
+            Processor::lookup("gfx1151")
+                .unwrap()
+                .generic()
+                .unwrap()
+                .name,
             "gfx11-generic"
         );
-        assert_eq!(Processor::from_isa_version((9, 0, 10)).unwrap().name, "gfx90a");
+        assert_eq!(
+            Processor::from_isa_version((9, 0, 10)).unwrap().name,
+            "gfx90a"
+        );
         // Every mach value is unique, so e_flags name one processor.
         for p in Processor::all() {
             assert_eq!(Processor::from_mach(p.mach).unwrap().name, p.name);
@@ -321,11 +328,26 @@ mod tests {
         use TargetIdError::*;
         assert_eq!(TargetId::parse(""), Err(Empty));
         assert!(matches!(TargetId::parse("gfx9999"), Err(UnknownProcessor(p)) if p == "gfx9999"));
-        assert!(matches!(TargetId::parse("gfx1100:xnack+"), Err(Unsupported { .. })));
-        assert!(matches!(TargetId::parse("gfx900:sramecc+"), Err(Unsupported { .. })));
-        assert!(matches!(TargetId::parse("gfx90a:xnack"), Err(BadFeature { .. })));
-        assert!(matches!(TargetId::parse("gfx90a:foo+"), Err(BadFeature { .. })));
-        assert!(matches!(TargetId::parse("gfx90a:xnack+:xnack-"), Err(Duplicate { .. })));
+        assert!(matches!(
+            TargetId::parse("gfx1100:xnack+"),
+            Err(Unsupported { .. })
+        ));
+        assert!(matches!(
+            TargetId::parse("gfx900:sramecc+"),
+            Err(Unsupported { .. })
+        ));
+        assert!(matches!(
+            TargetId::parse("gfx90a:xnack"),
+            Err(BadFeature { .. })
+        ));
+        assert!(matches!(
+            TargetId::parse("gfx90a:foo+"),
+            Err(BadFeature { .. })
+        ));
+        assert!(matches!(
+            TargetId::parse("gfx90a:xnack+:xnack-"),
+            Err(Duplicate { .. })
+        ));
         assert!(matches!(TargetId::parse("gfx90a:"), Err(BadFeature { .. })));
     }
 }
