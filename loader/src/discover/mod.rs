@@ -1,0 +1,111 @@
+//! Where offload code lives: sections of ELF files, archive members, raw
+//! container files ([`file`]), and the objects loaded in this process ([`process`]).
+//!
+//! Only section headers and container headers are read; files are memory-mapped
+//! so the pages of images nobody asks for are never touched.
+
+pub mod file;
+pub mod process;
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Sections that hold offload containers (bundles, `CCOB`, offload binaries,
+/// NVIDIA fat binaries).
+pub const CONTAINER_SECTIONS: &[&str] = &[".hip_fatbin", ".llvm.offloading", ".nv_fatbin"];
+
+/// Sections that hold registration data: fatbin wrappers, entry tables, AOMP's
+/// target-ID list.
+pub const REGISTRATION_SECTIONS: &[&str] = &[
+    ".hipFatBinSegment",
+    ".nvFatBinSegment",
+    "llvm_offload_entries",
+    "omp_offloading_entries",
+    ".omp_offloading_entries",
+    "cuda_offloading_entries",
+    "hip_offloading_entries",
+    ".offload_arch_list",
+];
+
+/// `SHT_LLVM_OFFLOADING`: the section type of `.llvm.offloading` (llvm/BinaryFormat/ELF.h).
+pub const SHT_LLVM_OFFLOADING: u32 = 0x6fff_4c0b;
+
+/// What a found section holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SectionRole {
+    /// Offload containers: scan it with [`crate::container::scan`].
+    Containers,
+    /// Registration structures (wrappers, entry tables, arch list).
+    Registration,
+}
+
+/// A section (or a whole raw file) that holds offload data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffloadSection {
+    /// The archive member it is in, for archives.
+    pub member: Option<String>,
+    /// Section name; for a raw container file, the container format's name.
+    pub name: String,
+    /// What it holds.
+    pub role: SectionRole,
+    /// Offset of its bytes in the file.
+    pub file_offset: u64,
+    /// Size of its bytes in the file.
+    pub size: u64,
+    /// Its virtual address (`sh_addr`), 0 for raw files and relocatable objects.
+    pub address: u64,
+}
+
+/// An error about one file: its path, and the offset and what was wrong.
+#[derive(Debug)]
+pub struct FileError {
+    /// The file.
+    pub path: PathBuf,
+    /// What went wrong.
+    pub kind: FileErrorKind,
+}
+
+/// What went wrong with a file.
+#[derive(Debug)]
+pub enum FileErrorKind {
+    /// It could not be opened or mapped.
+    Io(std::io::Error),
+    /// Its ELF or archive structure is broken (offset of the structure).
+    Object {
+        /// Offset in the file.
+        offset: u64,
+        /// The `object` crate's message.
+        message: String,
+    },
+    /// An offload structure in it is broken (offset relative to the file).
+    Format(crate::Error),
+    /// It is not an ELF file, an archive or an offload container.
+    Unrecognised,
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = self.path.display();
+        match &self.kind {
+            FileErrorKind::Io(e) => write!(f, "{path}: {e}"),
+            FileErrorKind::Object { offset, message } => {
+                write!(f, "{path}: at offset {offset:#x}: {message}")
+            }
+            FileErrorKind::Format(e) => write!(f, "{path}: {e}"),
+            FileErrorKind::Unrecognised => write!(
+                f,
+                "{path}: not an ELF file, an archive or an offload container"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            FileErrorKind::Io(e) => Some(e),
+            FileErrorKind::Format(e) => Some(e),
+            _ => None,
+        }
+    }
+}
