@@ -125,7 +125,7 @@ pub enum Rejection {
     #[error("its triple {0} is not a GPU target")]
     NotGpuTriple(Triple),
     /// Built for the other vendor.
-    #[error("it is {image} code and the device is an {device} GPU")]
+    #[error("it is {} code and the device is an {} GPU", .image.brand(), .device.brand())]
     WrongVendor {
         /// The image's vendor.
         image: Vendor,

@@ -15,6 +15,17 @@ pub enum Vendor {
     Nvidia,
 }
 
+impl Vendor {
+    /// The vendor's name as written in prose: `AMD`, `NVIDIA`.
+    pub fn brand(self) -> &'static str {
+        match self {
+            Vendor::Amd => "AMD",
+            Vendor::Nvidia => "NVIDIA",
+        }
+    }
+}
+
+/// Lower-case, as in reports: `amd`, `nvidia`.
 impl fmt::Display for Vendor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

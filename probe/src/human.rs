@@ -1,0 +1,192 @@
+//! The human-readable report: a compact table per file, containers with the
+//! same target-ID set grouped ("111 bundles, each: ..."), and per device the
+//! image it would load or why none fits.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::report::{ContainerReport, Report};
+
+/// Renders `report`; `verbose` lists every rejected image with its reason.
+pub fn render(report: &Report, verbose: bool) -> String {
+    let mut out = String::new();
+    if report.devices.is_empty() {
+        out.push_str("devices: none found (use --device TARGET for a what-if)\n");
+    } else {
+        out.push_str("devices:\n");
+        for (i, d) in report.devices.iter().enumerate() {
+            let name = d
+                .name
+                .as_deref()
+                .map(|n| format!(" {n}"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "  [{i}] {}{name} ({})", d.target_id, d.source);
+        }
+    }
+    for b in &report.backends {
+        let reason = b
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        let _ = writeln!(out, "  {} {}{reason}", b.name, b.status);
+    }
+    for object in &report.objects {
+        let _ = writeln!(out, "\n{}", object.path);
+        if let Some(e) = &object.error {
+            let _ = writeln!(out, "  error: {e}");
+            continue;
+        }
+        if object.containers.is_empty() {
+            out.push_str("  no offload code\n");
+        }
+        for group in group(&object.containers) {
+            render_group(&mut out, report, &group, verbose);
+        }
+    }
+    out
+}
+
+/// Containers of one section with the same format and image IDs.
+fn group(containers: &[ContainerReport]) -> Vec<Vec<&ContainerReport>> {
+    let mut groups: BTreeMap<(String, Option<&str>, Vec<&str>), Vec<&ContainerReport>> =
+        BTreeMap::new();
+    let mut order = Vec::new();
+    for c in containers {
+        if c.error.is_some() {
+            order.push(vec![c]);
+            continue;
+        }
+        let ids = c.images.iter().map(|i| i.bundle_id.as_str()).collect();
+        let key = (c.section.clone(), c.format, ids);
+        groups.entry(key).or_default().push(c);
+    }
+    order.extend(groups.into_values());
+    order.sort_by_key(|g| g[0].offset);
+    order
+}
+
+fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], verbose: bool) {
+    let first = group[0];
+    if let Some(e) = &first.error {
+        let _ = writeln!(
+            out,
+            "  {} at {:#x}: error: {e}",
+            first.section, first.offset
+        );
+        return;
+    }
+    let format = first.format.unwrap_or("?");
+    let bytes: u64 = group.iter().map(|c| c.size).sum();
+    let member = first
+        .member
+        .as_deref()
+        .map(|m| format!("{m}: "))
+        .unwrap_or_default();
+    let compressed = first
+        .compression
+        .as_ref()
+        .map(|c| format!(", CCOB v{} {}", c.version, c.method))
+        .unwrap_or_default();
+    if group.len() == 1 {
+        let _ = writeln!(
+            out,
+            "  {member}{} {format} at {:#x}, {}{compressed}, {} images:",
+            first.section,
+            first.offset,
+            size(bytes),
+            first.images.len()
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  {member}{} {} {format}s, {}{compressed}, each with {} images (sizes are totals):",
+            first.section,
+            group.len(),
+            size(bytes),
+            first.images.len()
+        );
+    }
+    for (i, image) in first.images.iter().enumerate() {
+        let each: u64 = group
+            .iter()
+            .filter_map(|c| c.images.get(i))
+            .map(|im| im.size)
+            .sum();
+        let _ = writeln!(out, "    [{i}] {:<48} {:>10}", image.bundle_id, size(each));
+    }
+    for (d, device) in report.devices.iter().enumerate() {
+        let targets_vendor = first.images.iter().any(|i| {
+            offload_loader::target::Triple::parse(&i.triple)
+                .gpu_vendor()
+                .is_some_and(|v| v.to_string() == device.vendor)
+        });
+        if !targets_vendor {
+            let _ = writeln!(
+                out,
+                "  device [{d}] {}: no {} code here",
+                device.target_id, device.vendor
+            );
+            continue;
+        }
+        let mut chosen: BTreeMap<Option<usize>, usize> = BTreeMap::new();
+        for c in group {
+            *chosen.entry(c.selected[d].image).or_default() += 1;
+        }
+        for (image, count) in &chosen {
+            let of = if group.len() > 1 {
+                format!(" in {count}/{}", group.len())
+            } else {
+                String::new()
+            };
+            match image {
+                Some(i) => {
+                    let _ = writeln!(
+                        out,
+                        "  device [{d}] {} loads [{i}] {}{of}",
+                        device.target_id, first.images[*i].bundle_id
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "  device [{d}] {}: no compatible image{of}",
+                        device.target_id
+                    );
+                }
+            }
+        }
+        // Why the others lost: always when nothing fits, otherwise with -v.
+        let example = group
+            .iter()
+            .find(|c| c.selected[d].image.is_none())
+            .unwrap_or(&first);
+        if verbose || example.selected[d].image.is_none() {
+            for r in &example.selected[d].rejected {
+                if !verbose && example.images[r.image].offload_kind == "host" {
+                    continue;
+                }
+                let _ = writeln!(
+                    out,
+                    "      not [{}] {}: {}",
+                    r.image, example.images[r.image].bundle_id, r.reason
+                );
+            }
+        }
+    }
+}
+
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}

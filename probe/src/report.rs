@@ -1,0 +1,254 @@
+//! The probe's report: what is in each file, and which image each device would
+//! load. Serialised as the `--json` contract documented in README.md.
+
+use std::path::Path;
+
+use offload_loader::compressed::Limits;
+use offload_loader::container::{Code, Container, Image};
+use offload_loader::discover::file::MappedFile;
+use offload_loader::select::{select, DeviceTarget, Policy, Selection};
+use serde::Serialize;
+
+/// A device the report selects for.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceRow {
+    /// Full target: `gfx90a:sramecc+:xnack-`, `sm_90`.
+    pub target_id: String,
+    /// `amd` or `nvidia`.
+    pub vendor: String,
+    /// Where it came from: `override`, `hsa`, `kfd`, `cuda`, `command-line`.
+    pub source: String,
+    /// The device's name, if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip)]
+    pub target: DeviceTarget,
+}
+
+/// What one detection backend found.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendRow {
+    /// `hsa`, `kfd`, `cuda`, `override`.
+    pub name: String,
+    /// `found`, `no-device`, `unavailable`, `skipped`, `error`.
+    pub status: String,
+    /// Why, as one sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The whole report.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub devices: Vec<DeviceRow>,
+    pub backends: Vec<BackendRow>,
+    pub objects: Vec<ObjectReport>,
+}
+
+/// One inspected file.
+#[derive(Debug, Serialize)]
+pub struct ObjectReport {
+    pub path: String,
+    /// Set when the file could not be read or parsed at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub containers: Vec<ContainerReport>,
+}
+
+/// One container (or a container that failed to parse, with `error`).
+#[derive(Debug, Serialize)]
+pub struct ContainerReport {
+    pub section: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// File offset of the container.
+    pub offset: u64,
+    /// Bytes it occupies in the file.
+    pub size: u64,
+    /// `bundle`, `compressed-bundle`, `offload-binary`, `nv-fatbin`; `null` when broken.
+    pub format: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<CompressionReport>,
+    pub images: Vec<ImageReport>,
+    pub selected: Vec<SelectedReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A compressed bundle's header.
+#[derive(Debug, Serialize)]
+pub struct CompressionReport {
+    pub version: u16,
+    pub method: &'static str,
+    pub uncompressed_size: u64,
+}
+
+/// One image.
+#[derive(Debug, Serialize)]
+pub struct ImageReport {
+    pub bundle_id: String,
+    pub offload_kind: String,
+    pub triple: String,
+    pub target_id: String,
+    /// File offset of the image; for a compressed image, its offset inside the
+    /// uncompressed bundle.
+    pub offset: u64,
+    pub size: u64,
+    pub compressed: bool,
+    /// ROCm code-object URI: `file://PATH#offset=N&size=M`. For a compressed
+    /// image it addresses the whole compressed bundle, which must be inflated.
+    pub uri: String,
+    /// What the image's own header says it is, when it was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<&'static str>,
+}
+
+/// The outcome for one device in one container.
+#[derive(Debug, Serialize)]
+pub struct SelectedReport {
+    /// Index into `devices`.
+    pub device: usize,
+    /// Index into `images`, or null.
+    pub image: Option<usize>,
+    pub rejected: Vec<RejectedReport>,
+}
+
+/// An image not chosen, and why.
+#[derive(Debug, Serialize)]
+pub struct RejectedReport {
+    pub image: usize,
+    pub reason: String,
+}
+
+/// Inspects `path` and selects for `devices`; `extract` is handed each
+/// container with the selections so images can be written out.
+pub fn inspect(
+    path: &Path,
+    devices: &[DeviceRow],
+    limits: &Limits,
+    mut visit: impl FnMut(&Container<'_>, &[Selection]),
+) -> ObjectReport {
+    let mut report = ObjectReport {
+        path: path.display().to_string(),
+        error: None,
+        containers: Vec::new(),
+    };
+    let file = match MappedFile::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            report.error = Some(e.to_string());
+            return report;
+        }
+    };
+    let sections = match file.containers(limits) {
+        Ok(s) => s,
+        Err(e) => {
+            report.error = Some(e.to_string());
+            return report;
+        }
+    };
+    for found in sections {
+        for container in found.containers {
+            let mut row = ContainerReport {
+                section: found.section.name.clone(),
+                member: found.section.member.clone(),
+                offset: 0,
+                size: 0,
+                format: None,
+                compression: None,
+                images: Vec::new(),
+                selected: Vec::new(),
+                error: None,
+            };
+            match container {
+                Err(e) => {
+                    row.offset = e.offset;
+                    row.error = Some(format!("{}: {e}", path.display()));
+                }
+                Ok(c) => {
+                    let selections: Vec<Selection> = devices
+                        .iter()
+                        .map(|d| select(&d.target, &c.images, &Policy::default()))
+                        .collect();
+                    visit(&c, &selections);
+                    row.offset = c.offset;
+                    row.size = c.len;
+                    row.format = Some(c.format.name());
+                    row.compression = c.compression.map(|h| CompressionReport {
+                        version: h.version,
+                        method: h.method.name(),
+                        uncompressed_size: h.uncompressed_size,
+                    });
+                    row.images = c.images.iter().map(|i| image_row(path, &c, i)).collect();
+                    row.selected = selections
+                        .into_iter()
+                        .enumerate()
+                        .map(|(device, s)| SelectedReport {
+                            device,
+                            image: s.chosen,
+                            rejected: s
+                                .rejected
+                                .into_iter()
+                                .map(|(image, why)| RejectedReport {
+                                    image,
+                                    reason: why.to_string(),
+                                })
+                                .collect(),
+                        })
+                        .collect();
+                }
+            }
+            report.containers.push(row);
+        }
+    }
+    report
+}
+
+fn image_row(path: &Path, c: &Container<'_>, image: &Image) -> ImageReport {
+    let (offset, uri) = if image.compressed {
+        (
+            image.offset,
+            format!(
+                "file://{}#offset={}&size={}",
+                path.display(),
+                c.offset,
+                c.len
+            ),
+        )
+    } else {
+        let offset = c.offset + image.offset;
+        (
+            offset,
+            format!(
+                "file://{}#offset={offset}&size={}",
+                path.display(),
+                image.size
+            ),
+        )
+    };
+    ImageReport {
+        bundle_id: image.id.clone(),
+        offload_kind: image.offload_kind.to_string(),
+        triple: image.triple.to_string(),
+        target_id: image.arch.to_string(),
+        offset,
+        size: image.size,
+        compressed: image.compressed,
+        uri,
+        code: image.content.as_ref().map(|c| code_name(c.code)),
+    }
+}
+
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::AmdgpuElf => "amdgpu-elf",
+        Code::Cubin => "cubin",
+        Code::OtherElf => "elf",
+        Code::Ptx => "ptx",
+        Code::Bitcode => "llvm-bitcode",
+        Code::SpirV => "spir-v",
+        Code::NvFatbin => "nv-fatbin",
+        Code::Empty => "empty",
+        Code::Unknown => "unknown",
+    }
+}
