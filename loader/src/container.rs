@@ -315,25 +315,27 @@ fn offload_binary_images(bin: &OffloadBinary<'_>) -> Vec<Image> {
 pub fn scan<'a>(section: &'a [u8], limits: &Limits) -> Vec<Result<Container<'a>>> {
     let mut out = Vec::new();
     let mut pos = 0usize;
+    // After a broken container, the bytes up to the next magic are its own,
+    // already reported: they are not reported again as unrecognised.
+    let mut after_error = false;
     while pos < section.len() {
-        let Some(start) = next_container(section, pos) else {
-            if section[pos..].iter().any(|&b| b != 0) {
-                out.push(Err(unrecognised(pos)));
-            }
-            break;
-        };
-        if section[pos..start].iter().any(|&b| b != 0) {
+        let next = next_container(section, pos);
+        let gap = &section[pos..next.unwrap_or(section.len())];
+        if !after_error && gap.iter().any(|&b| b != 0) {
             out.push(Err(unrecognised(pos)));
         }
+        let Some(start) = next else { break };
         match Container::parse(&section[start..], limits) {
             Ok(mut c) => {
                 c.offset = start as u64;
                 pos = start + (c.len as usize).max(1);
+                after_error = false;
                 out.push(Ok(c));
             }
             Err(e) => {
                 out.push(Err(e.at(start as u64)));
                 pos = start + 1;
+                after_error = true;
             }
         }
     }

@@ -115,6 +115,10 @@ pub fn offload_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKin
     match FileKind::parse(data) {
         Ok(FileKind::Elf64) => elf_sections(data, 0, None),
         Ok(FileKind::Archive) => archive_sections(data),
+        _ if data.starts_with(b"\x7fELF") => Err(FileErrorKind::Object {
+            offset: 0,
+            message: "truncated or unsupported ELF header (only 64-bit ELF is read)".into(),
+        }),
         _ => Err(FileErrorKind::Unrecognised),
     }
 }
@@ -154,7 +158,10 @@ fn elf_sections(
         let Some((offset, size)) = header.file_range(endian) else {
             continue;
         };
-        if offset.checked_add(size).is_none_or(|end| end > data.len() as u64) {
+        if offset
+            .checked_add(size)
+            .is_none_or(|end| end > data.len() as u64)
+        {
             return Err(FileErrorKind::Object {
                 offset: base + offset,
                 message: format!("section {name} lies past the end of the file"),

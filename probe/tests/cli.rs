@@ -1,0 +1,215 @@
+//! offload-probe run as a program: against the real rocSPARSE fat binary and
+//! `roc-obj-ls`, and on malformed files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const ROCSPARSE: &str = "/usr/lib/x86_64-linux-gnu/librocsparse.so.0.1";
+
+/// `path` if it exists; otherwise fails under `CI=true` and skips elsewhere.
+fn required(path: &str, package: &str) -> Option<PathBuf> {
+    if Path::new(path).exists() {
+        return Some(path.into());
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{path} is missing: install the Debian package {package}"
+    );
+    eprintln!("skipped: {path} not installed ({package})");
+    None
+}
+
+fn probe(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_offload-probe"))
+        .args(args)
+        .env_remove("OFFLOAD_LOADER_DEVICES")
+        .output()
+        .expect("offload-probe runs")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "bad JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn lists_rocsparse_exactly_as_roc_obj_ls() {
+    let Some(lib) = required(ROCSPARSE, "librocsparse0") else {
+        return;
+    };
+    let Some(tool) = required("/usr/bin/roc-obj-ls", "hipcc") else {
+        return;
+    };
+    let reference = Command::new(tool).arg(&lib).output().unwrap();
+    assert!(reference.status.success());
+    // roc-obj-ls prints "<n> <bundle id> <uri>" per code object.
+    let expected: Vec<(String, String)> = String::from_utf8(reference.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[1].to_string(), f[2].to_string())
+        })
+        .collect();
+    assert_eq!(expected.len(), 888);
+
+    let out = probe(&[
+        "--json",
+        "--device",
+        "gfx90a:sramecc+:xnack-",
+        lib.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&out);
+    let containers = report["objects"][0]["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 111);
+    let ours: Vec<(String, String)> = containers
+        .iter()
+        .flat_map(|c| c["images"].as_array().unwrap())
+        .map(|i| {
+            (
+                i["bundle_id"].as_str().unwrap().to_string(),
+                i["uri"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(ours, expected);
+    // Every bundle chooses its gfx90a:xnack- image for this device.
+    for c in containers {
+        let chosen = c["selected"][0]["image"].as_u64().unwrap() as usize;
+        assert_eq!(
+            c["images"][chosen]["bundle_id"],
+            "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"
+        );
+        assert_eq!(c["selected"][0]["rejected"].as_array().unwrap().len(), 7);
+    }
+}
+
+#[test]
+fn exit_status_says_whether_every_device_has_an_image() {
+    let Some(lib) = required(ROCSPARSE, "librocsparse0") else {
+        return;
+    };
+    let lib = lib.to_str().unwrap();
+    assert_eq!(probe(&["--device", "gfx1030", lib]).status.code(), Some(0));
+    let out = probe(&["--device", "gfx1030", "--device", "gfx1100", lib]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("device [1] gfx1100: no compatible image in 111/111"),
+        "{text}"
+    );
+    assert!(
+        text.contains("it is built for gfx1030, the device is gfx1100"),
+        "{text}"
+    );
+    // A device of the other vendor is not missing anything here.
+    assert_eq!(
+        probe(&["--device", "gfx1030", "--device", "sm_90", lib])
+            .status
+            .code(),
+        Some(0)
+    );
+    // Usage errors.
+    assert_eq!(probe(&["--device", "gfx9999", lib]).status.code(), Some(2));
+    assert_eq!(probe(&["--device", "sm_90a", lib]).status.code(), Some(2));
+}
+
+#[test]
+fn malformed_files_exit_2_with_the_offset_and_no_panic() {
+    let dir = tempdir();
+    let mut bundle = b"__CLANG_OFFLOAD_BUNDLE__".to_vec();
+    bundle.extend((1u64 << 48).to_le_bytes());
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "count.bundle",
+            bundle,
+            "at offset 0x18: bundle entry count of 281474976710656 exceeds the limit of 0",
+        ),
+        (
+            "short.ccob",
+            b"CCOB\x03\x00\x01\x00".to_vec(),
+            "at offset 0x8: total size is truncated",
+        ),
+        ("empty", vec![], "not an ELF file"),
+        ("junk", b"\x7fELF\x02\x01\x01junk".to_vec(), "at offset 0x0"),
+    ];
+    for (name, bytes, message) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let out = probe(&["--device", "gfx90a", "--json", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(message), "{name}: {text}");
+        assert!(
+            text.contains(name),
+            "{name}: the message names the file: {text}"
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let missing = probe(&["--device", "gfx90a", "/nonexistent/lib.so"]);
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+#[test]
+fn extracts_the_selected_images_byte_for_byte() {
+    let Some(lib) = required(ROCSPARSE, "librocsparse0") else {
+        return;
+    };
+    let dir = tempdir();
+    let out = probe(&[
+        "--device",
+        "gfx1030",
+        "--json",
+        "--extract",
+        dir.to_str().unwrap(),
+        lib.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let report = json(&out);
+    let data = std::fs::read(&lib).unwrap();
+    let containers = report["objects"][0]["containers"].as_array().unwrap();
+    let written = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(written, containers.len());
+    for c in containers {
+        let i = c["selected"][0]["image"].as_u64().unwrap() as usize;
+        let image = &c["images"][i];
+        let (offset, size) = (
+            image["offset"].as_u64().unwrap() as usize,
+            image["size"].as_u64().unwrap() as usize,
+        );
+        let name = format!(
+            "librocsparse.so.0.1-{:#x}-{i}-{}.co",
+            c["offset"].as_u64().unwrap(),
+            image["bundle_id"].as_str().unwrap()
+        );
+        let bytes = std::fs::read(dir.join(&name)).unwrap();
+        assert_eq!(bytes, &data[offset..offset + size], "{name}");
+        assert_eq!(&bytes[..4], b"\x7fELF");
+    }
+}
+
+fn tempdir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "offload-probe-test-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
