@@ -292,7 +292,15 @@ fn offload_binary_images(bin: &OffloadBinary<'_>) -> Vec<Image> {
             let kind = e.offload_kind.clone();
             Image {
                 index,
-                id: format!("{kind}-{triple}-{}", e.get("arch").unwrap_or_default()),
+                // The bundle-ID spelling: kind, the triple's four fields, target.
+                id: format!(
+                    "{kind}-{}-{}-{}-{}-{}",
+                    triple.arch,
+                    triple.vendor,
+                    triple.os,
+                    triple.env,
+                    e.get("arch").unwrap_or_default()
+                ),
                 offload_kind: kind,
                 triple,
                 arch,

@@ -8,8 +8,8 @@
 //! loaded segment.
 
 use std::ffi::CStr;
-use std::os::unix::ffi::OsStrExt;
 use std::ops::Range;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use super::file::MappedFile;
@@ -37,7 +37,9 @@ impl LoadedObject {
 
     /// This object's offload sections, each with its range in memory. Sections
     /// that are not loaded (relocatable data, non-`SHF_ALLOC`) are left out.
-    pub fn offload_sections(&self) -> Result<Vec<(OffloadSection, Range<usize>)>, super::FileError> {
+    pub fn offload_sections(
+        &self,
+    ) -> Result<Vec<(OffloadSection, Range<usize>)>, super::FileError> {
         let file = MappedFile::open(&self.path)?;
         Ok(file
             .offload_sections()?
@@ -59,7 +61,10 @@ pub fn loaded_objects() -> Vec<LoadedObject> {
     // only reads the `dl_phdr_info` it is handed, during the call; `data` is a
     // valid `&mut Vec<LoadedObject>` for the whole call.
     unsafe {
-        libc::dl_iterate_phdr(Some(collect), (&mut objects as *mut Vec<LoadedObject>).cast());
+        libc::dl_iterate_phdr(
+            Some(collect),
+            (&mut objects as *mut Vec<LoadedObject>).cast(),
+        );
     }
     objects
 }
