@@ -145,7 +145,7 @@ mod tests {
         assert!(objects
             .iter()
             .any(|o| o.path.to_string_lossy().contains("libc.so")));
-        let here = lists_this_test_binary_and_libc as usize;
+        let here = lists_this_test_binary_and_libc as fn() as usize;
         let (obj, span) = span_containing(here).unwrap();
         assert_eq!(obj.path, PathBuf::from("/proc/self/exe"));
         assert!(span.start == here && span.end > here);
