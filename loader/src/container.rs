@@ -198,6 +198,42 @@ impl<'a> Container<'a> {
         })
     }
 
+    /// Reads what image `index` really is from its first bytes (its ELF header
+    /// or PTX directives) into [`Image::content`]. Plain images only: an image
+    /// inside a compressed bundle is left unread rather than inflating the bundle.
+    pub fn read_content(&mut self, index: usize) {
+        let Some(image) = self.images.get(index) else {
+            return;
+        };
+        if image.content.is_some() || image.compressed {
+            return;
+        }
+        let header_len = image.size.min(64 << 10);
+        if let Ok(bytes) = crate::read::Bytes(self.data).slice(image.offset, header_len, "image") {
+            self.images[index].content = Some(crate::elf::content(bytes));
+        }
+    }
+
+    /// Selects the image `device` should run, checking the chosen image's own
+    /// header against its container's claim: if the header contradicts it (or
+    /// names a generic version this loader cannot run), selection runs again
+    /// without it. Only chosen images are read, never the others.
+    pub fn select_checked(
+        &mut self,
+        device: &crate::select::DeviceTarget,
+        policy: &crate::select::Policy,
+    ) -> crate::select::Selection {
+        loop {
+            let selection = crate::select::select(device, &self.images, policy);
+            match selection.chosen {
+                Some(i) if self.images[i].content.is_none() && !self.images[i].compressed => {
+                    self.read_content(i)
+                }
+                _ => return selection,
+            }
+        }
+    }
+
     /// The container's bytes as stored (compressed for a `CCOB`).
     pub fn raw(&self) -> &'a [u8] {
         self.data
@@ -365,4 +401,76 @@ fn next_container(data: &[u8], from: usize) -> Option<usize> {
     (from..data.len()).find(|&i| {
         matches!(data[i], b'_' | b'C' | 0x10 | 0x50) && Format::sniff(&data[i..]).is_some()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::select::{DeviceTarget, Policy, Rejection};
+
+    fn elf(flags: u32) -> Vec<u8> {
+        let mut h = vec![0u8; 64];
+        h[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        h[7] = 64;
+        h[8] = 4;
+        h[18..20].copy_from_slice(&224u16.to_le_bytes());
+        h[48..52].copy_from_slice(&flags.to_le_bytes());
+        h
+    }
+
+    fn bundle(entries: &[(&str, Vec<u8>)]) -> Vec<u8> {
+        let mut out = crate::bundle::MAGIC.to_vec();
+        out.extend((entries.len() as u64).to_le_bytes());
+        let table: usize = entries.iter().map(|(id, _)| 24 + id.len()).sum();
+        let mut at = 32 + table;
+        for (id, obj) in entries {
+            out.extend((at as u64).to_le_bytes());
+            out.extend((obj.len() as u64).to_le_bytes());
+            out.extend((id.len() as u64).to_le_bytes());
+            out.extend(id.as_bytes());
+            at += obj.len();
+        }
+        for (_, obj) in entries {
+            out.extend(obj);
+        }
+        out
+    }
+
+    #[test]
+    fn chosen_image_is_checked_against_its_header() {
+        // The first gfx90a image is really a gfx906 code object.
+        let data = bundle(&[
+            ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-", elf(0x2f)),
+            ("hipv4-amdgcn-amd-amdhsa--gfx90a", elf(0x53f)),
+        ]);
+        let mut c = Container::parse(&data, &Limits::default()).unwrap();
+        let device = DeviceTarget::parse("gfx90a:xnack-").unwrap();
+        let s = c.select_checked(&device, &Policy::default());
+        assert_eq!(s.chosen, Some(1));
+        assert!(matches!(s.rejected[0].1, Rejection::ClaimMismatch { .. }));
+        assert_eq!(
+            s.rejected[0].1.to_string(),
+            "its header says it is for gfx906, not gfx90a:xnack- as its container claims"
+        );
+        assert_eq!(c.images[1].content.as_ref().unwrap().code, Code::AmdgpuElf);
+    }
+
+    #[test]
+    fn scan_walks_padding_and_reports_garbage() {
+        let one = bundle(&[("hip-amdgcn-amd-amdhsa--gfx1100", elf(0x41))]);
+        let mut section = one.clone();
+        section.resize(4096, 0);
+        section.extend(&one);
+        section.extend(b"garbage!");
+        section.resize(8192, 0);
+        section.extend(&one);
+        let found = scan(&section, &Limits::default());
+        let offsets: Vec<Option<u64>> = found
+            .iter()
+            .map(|c| c.as_ref().ok().map(|c| c.offset))
+            .collect();
+        assert_eq!(offsets, [Some(0), Some(4096), None, Some(8192)]);
+        let e = found[2].as_ref().unwrap_err();
+        assert_eq!(e.offset, 4096 + one.len() as u64);
+    }
 }

@@ -159,7 +159,7 @@ impl<'a> EntryTable<'a> {
     pub fn parse_with(data: &'a [u8], layout: Layout) -> Result<EntryTable<'a>> {
         let size = layout.entry_size();
         let len = data.len() as u64;
-        if len % size != 0 {
+        if !len.is_multiple_of(size) {
             return Err(Error::new(
                 len - len % size,
                 ErrorKind::Truncated {

@@ -147,9 +147,9 @@ pub enum Rejection {
     #[error("its header says it is for {actual}, not {claimed} as its container claims")]
     ClaimMismatch {
         /// What the container says.
-        claimed: Arch,
+        claimed: Box<Arch>,
         /// What the image header says.
-        actual: Arch,
+        actual: Box<Arch>,
     },
     /// Code that cannot be loaded as is.
     #[error("it holds {0}, which the driver cannot load as is")]
@@ -270,7 +270,7 @@ pub fn select(device: &DeviceTarget, images: &[Image], policy: &Policy) -> Selec
         }
     }
     // Stable sort, best first: ties keep image order.
-    selection.compatible.sort_by(|a, b| b.1.cmp(&a.1));
+    selection.compatible.sort_by_key(|c| std::cmp::Reverse(c.1));
     if let Some(&(best, best_fit)) = selection.compatible.first() {
         selection.chosen = Some(best);
         for &(i, fit) in &selection.compatible[1..] {
@@ -339,8 +339,8 @@ pub fn check(device: &DeviceTarget, image: &Image, policy: &Policy) -> Result<Fi
     if let Some(actual) = content.and_then(|c| c.arch.as_ref()) {
         if contradicts(&image.arch, actual) {
             return Err(Rejection::ClaimMismatch {
-                claimed: image.arch.clone(),
-                actual: actual.clone(),
+                claimed: Box::new(image.arch.clone()),
+                actual: Box::new(actual.clone()),
             });
         }
     }

@@ -47,10 +47,12 @@ pub fn render(report: &Report, verbose: bool) -> String {
     out
 }
 
+/// Section, format and image IDs: what containers of one group share.
+type GroupKey<'a> = (String, Option<&'a str>, Vec<&'a str>);
+
 /// Containers of one section with the same format and image IDs.
 fn group(containers: &[ContainerReport]) -> Vec<Vec<&ContainerReport>> {
-    let mut groups: BTreeMap<(String, Option<&str>, Vec<&str>), Vec<&ContainerReport>> =
-        BTreeMap::new();
+    let mut groups: BTreeMap<GroupKey<'_>, Vec<&ContainerReport>> = BTreeMap::new();
     let mut order = Vec::new();
     for c in containers {
         if c.error.is_some() {

@@ -6,7 +6,7 @@ use std::path::Path;
 use offload_loader::compressed::Limits;
 use offload_loader::container::{Code, Container, Image};
 use offload_loader::discover::file::MappedFile;
-use offload_loader::select::{select, DeviceTarget, Policy, Selection};
+use offload_loader::select::{DeviceTarget, Policy, Selection};
 use serde::Serialize;
 
 /// A device the report selects for.
@@ -165,10 +165,10 @@ pub fn inspect(
                     row.offset = e.offset;
                     row.error = Some(format!("{}: {e}", path.display()));
                 }
-                Ok(c) => {
+                Ok(mut c) => {
                     let selections: Vec<Selection> = devices
                         .iter()
-                        .map(|d| select(&d.target, &c.images, &Policy::default()))
+                        .map(|d| c.select_checked(&d.target, &Policy::default()))
                         .collect();
                     visit(&c, &selections);
                     row.offset = c.offset;
