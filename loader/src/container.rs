@@ -49,15 +49,13 @@ impl Format {
             Some(Format::CompressedBundle)
         } else if data.starts_with(offload_binary::MAGIC) {
             Some(Format::OffloadBinary)
-        } else if data.starts_with(&NV_FATBIN_MAGIC.to_le_bytes()) {
+        } else if data.starts_with(&crate::nv_fatbin::MAGIC.to_le_bytes()) {
             Some(Format::NvFatbin)
         } else {
             None
         }
     }
 }
-
-const NV_FATBIN_MAGIC: u32 = 0xBA55_ED50;
 
 /// One image of a container, described without its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,13 +176,8 @@ impl<'a> Container<'a> {
                 (bin.len(), None, offload_binary_images(&bin))
             }
             Format::NvFatbin => {
-                return Err(Error::new(
-                    0,
-                    ErrorKind::Malformed {
-                        what: "NVIDIA fat binary",
-                        why: "PENDING",
-                    },
-                ))
+                let fatbin = crate::nv_fatbin::NvFatbin::parse(data)?;
+                (fatbin.len(), None, fatbin.images())
             }
         };
         Ok(Container {
@@ -263,6 +256,10 @@ impl<'a> Container<'a> {
                     .map_err(at)?;
                 Ok(Cow::Owned(bytes.to_vec()))
             }
+            (Format::NvFatbin, _) => crate::nv_fatbin::NvFatbin::parse(self.data)
+                .and_then(|f| f.payload(index))
+                .map(Cow::Borrowed)
+                .map_err(at),
             _ => crate::read::Bytes(self.data)
                 .slice(image.offset, image.size, "image")
                 .map(Cow::Borrowed)
