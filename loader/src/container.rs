@@ -325,15 +325,7 @@ fn offload_binary_images(bin: &OffloadBinary<'_>) -> Vec<Image> {
             let kind = e.offload_kind.clone();
             Image {
                 index,
-                // The bundle-ID spelling: kind, the triple's four fields, target.
-                id: format!(
-                    "{kind}-{}-{}-{}-{}-{}",
-                    triple.arch,
-                    triple.vendor,
-                    triple.os,
-                    triple.env,
-                    e.get("arch").unwrap_or_default()
-                ),
+                id: bundle_style_id(&kind, &triple, e.get("arch").unwrap_or_default()),
                 offload_kind: kind,
                 triple,
                 arch,
@@ -345,6 +337,16 @@ fn offload_binary_images(bin: &OffloadBinary<'_>) -> Vec<Image> {
             }
         })
         .collect()
+}
+
+/// An ID spelled as clang normalises bundle entry IDs: kind, the triple's
+/// four fields (empty environment kept), target, e.g.
+/// `openmp-amdgcn-amd-amdhsa--gfx90a`. Names images of containers that have no IDs.
+pub fn bundle_style_id(kind: &OffloadKind, triple: &Triple, target: &str) -> String {
+    format!(
+        "{kind}-{}-{}-{}-{}-{target}",
+        triple.arch, triple.vendor, triple.os, triple.env
+    )
 }
 
 /// Every container in `section`, in order, with offsets relative to `section`.

@@ -201,9 +201,10 @@ impl<'a> NvFatbin<'a> {
                 };
                 Image {
                     index,
-                    id: format!(
-                        "cuda-nvptx64-nvidia-cuda--{}",
-                        arch.map(|a| a.to_string()).unwrap_or_default()
+                    id: crate::container::bundle_style_id(
+                        &OffloadKind::Cuda,
+                        &Triple::parse("nvptx64-nvidia-cuda"),
+                        &arch.map(|a| a.to_string()).unwrap_or_default(),
                     ),
                     offload_kind: OffloadKind::Cuda,
                     triple: Triple::parse("nvptx64-nvidia-cuda"),

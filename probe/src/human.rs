@@ -23,6 +23,9 @@ pub fn render(report: &Report, verbose: bool) -> String {
             let _ = writeln!(out, "  [{i}] {}{name} ({})", d.target_id, d.source);
         }
     }
+    if !report.backends.is_empty() {
+        out.push_str("backends:\n");
+    }
     for b in &report.backends {
         let reason = b
             .reason

@@ -21,6 +21,15 @@ pub struct DeviceRow {
     /// The device's name, if known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// CUDA driver version (1000 × major + 10 × minor).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<u32>,
+    /// PCI bus ID (CUDA).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    /// Whether xnack/sramecc could not be told (KFD).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub features_unknown: bool,
     #[serde(skip)]
     pub target: DeviceTarget,
 }

@@ -18,7 +18,7 @@ use super::OffloadSection;
 /// An object loaded in this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedObject {
-    /// Its file (`/proc/self/exe` for the main executable).
+    /// Its file (the main executable's own path for the first one).
     pub path: PathBuf,
     /// The load bias added to its virtual addresses.
     pub base: usize,
@@ -85,7 +85,9 @@ unsafe extern "C" fn collect(
         unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes()
     };
     let path = match name {
-        [] if objects.is_empty() => PathBuf::from("/proc/self/exe"),
+        [] if objects.is_empty() => {
+            std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"))
+        }
         // The vDSO and other unnamed objects have no file to read.
         [] => return 0,
         n => PathBuf::from(std::ffi::OsStr::from_bytes(n)),
@@ -141,13 +143,13 @@ mod tests {
     #[test]
     fn lists_this_test_binary_and_libc() {
         let objects = loaded_objects();
-        assert_eq!(objects[0].path, PathBuf::from("/proc/self/exe"));
+        assert_eq!(objects[0].path, std::env::current_exe().unwrap());
         assert!(objects
             .iter()
             .any(|o| o.path.to_string_lossy().contains("libc.so")));
         let here = lists_this_test_binary_and_libc as fn() as usize;
         let (obj, span) = span_containing(here).unwrap();
-        assert_eq!(obj.path, PathBuf::from("/proc/self/exe"));
+        assert_eq!(obj.path, objects[0].path);
         assert!(span.start == here && span.end > here);
     }
 }

@@ -1,0 +1,254 @@
+//! The OpenMP registration ABI: `__tgt_register_lib` with a `__tgt_bin_desc`
+//! (clang's offload wrapper, llvm/lib/Frontend/Offloading/OffloadWrapper.cpp),
+//! the obsolete `__tgt_register_requires`, `__tgt_init_all_rtls`, and AOMP's
+//! `__tgt_register_image_info` (seed 000).
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr};
+use std::sync::Mutex;
+
+use offload_loader::container::{bundle_style_id, Image};
+use offload_loader::discover::process;
+use offload_loader::entries::{EntryKind, EntryTable};
+use offload_loader::offload_binary::{ImageKind, OffloadBinary};
+use offload_loader::registration::{BinaryDescriptor, DeviceImage, ImageInfo, DEVICE_IMAGE_SIZE};
+use offload_loader::target::{Arch, OffloadKind, Triple};
+
+use crate::registry::{self, Images, Runtime, Symbol, SymbolKind};
+use crate::{guard, set_last_error};
+
+/// Most images one descriptor may list.
+const MAX_IMAGES: u32 = 4096;
+
+/// Descriptor address → library id.
+static DESCRIPTORS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+/// AOMP image infos waiting for the next descriptor: image number → target ID.
+static IMAGE_INFO: Mutex<Vec<(i32, String)>> = Mutex::new(Vec::new());
+/// Requirement flags from `__tgt_register_requires`.
+static REQUIRES: Mutex<i64> = Mutex::new(0);
+
+/// The `len` bytes at `addr` of this process, checked to lie in one loaded segment.
+fn memory(addr: u64, len: u64, what: &str) -> Result<&'static [u8], String> {
+    let start =
+        usize::try_from(addr).map_err(|_| format!("{what} at {addr:#x} is out of range"))?;
+    let (_, span) = process::span_containing(start)
+        .ok_or_else(|| format!("{what} at {addr:#x} is not in any loaded object"))?;
+    if (span.len() as u64) < len {
+        return Err(format!(
+            "{what} at {addr:#x} ({len} bytes) runs past its segment"
+        ));
+    }
+    // SAFETY: the range lies inside a loaded segment, which stays mapped while
+    // the descriptor is registered.
+    Ok(unsafe { process::memory(start..start + len as usize) })
+}
+
+fn c_string(addr: u64) -> Option<String> {
+    let bytes = memory(addr, 1, "string").ok()?;
+    // SAFETY: the name pointer of an entry points to a NUL-terminated string in
+    // the binary's read-only data (checked to be mapped above).
+    Some(
+        unsafe { CStr::from_ptr(bytes.as_ptr().cast()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// Registers the images and host entries of a `__tgt_bin_desc`.
+#[no_mangle]
+pub extern "C" fn __tgt_register_lib(desc: *mut c_void) {
+    guard((), || {
+        if let Err(e) = register(desc as u64) {
+            tracing::warn!("{e}");
+            eprintln!("offload-loader: {e}");
+            set_last_error(e);
+        }
+    })
+}
+
+fn register(desc: u64) -> Result<(), String> {
+    let bytes = memory(desc, 32, "__tgt_bin_desc")?;
+    let descriptor = BinaryDescriptor::parse(bytes, MAX_IMAGES)
+        .map_err(|e| format!("__tgt_bin_desc at {desc:#x}: {e}"))?;
+    let origin = process::span_containing(desc as usize)
+        .map(|(o, _)| format!("{} descriptor at {desc:#x}", o.path.display()))
+        .unwrap_or_else(|| format!("descriptor at {desc:#x}"));
+    let infos = std::mem::take(&mut *IMAGE_INFO.lock().unwrap_or_else(|e| e.into_inner()));
+    let count = u64::from(descriptor.image_count);
+    let table = if count == 0 {
+        &[][..]
+    } else {
+        memory(
+            descriptor.images,
+            count * DEVICE_IMAGE_SIZE,
+            "__tgt_device_image array",
+        )?
+    };
+    let mut images = Vec::new();
+    let mut bytes_of = Vec::new();
+    for i in 0..count {
+        let at = (i * DEVICE_IMAGE_SIZE) as usize;
+        let device_image =
+            DeviceImage::parse(&table[at..]).map_err(|e| format!("{origin}: image {i}: {e}"))?;
+        let data = memory(
+            device_image.image.start,
+            device_image.image.len(),
+            "device image",
+        )?;
+        let aomp = infos
+            .iter()
+            .find(|(n, _)| *n as u64 == i)
+            .map(|(_, a)| a.as_str());
+        let (image, inner) = describe(i as usize, data, aomp);
+        images.push(image);
+        bytes_of.push(inner);
+    }
+    let id = registry::register(
+        Runtime::OpenMp,
+        origin.clone(),
+        images,
+        Images::Listed(bytes_of),
+    );
+    DESCRIPTORS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(desc as usize, id);
+    let entries = descriptor.host_entries;
+    if !entries.is_empty() {
+        let data = memory(entries.start, entries.len(), "host entry table")?;
+        let table = EntryTable::parse(data).map_err(|e| format!("{origin}: host entries: {e}"))?;
+        for entry in table.iter() {
+            let entry = entry.map_err(|e| format!("{origin}: host entries: {e}"))?;
+            let kind = match EntryKind::of(&entry, &OffloadKind::OpenMp) {
+                EntryKind::Kernel => SymbolKind::Kernel,
+                EntryKind::Requires | EntryKind::Indirect | EntryKind::Vtable => continue,
+                _ => SymbolKind::Variable { size: entry.size },
+            };
+            let Some(name) = c_string(entry.name) else {
+                set_last_error(format!(
+                    "{origin}: entry at {:#x} has an unreadable name",
+                    entry.offset
+                ));
+                continue;
+            };
+            registry::add_symbol(
+                id,
+                Symbol {
+                    host: entry.address as usize,
+                    name,
+                    kind,
+                },
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The image description and the bytes to load for a descriptor image: an
+/// offload binary's inner image with its triple and arch, or an ELF named by
+/// its own header (or by AOMP's image info).
+fn describe(index: usize, data: &'static [u8], aomp: Option<&str>) -> (Image, &'static [u8]) {
+    if let Ok(bin) = OffloadBinary::parse(data) {
+        if let Some(entry) = bin.entries().first() {
+            let triple = entry.triple();
+            let arch = entry.arch();
+            let content = Some(offload_loader::elf::content(entry.image));
+            return (
+                Image {
+                    index,
+                    id: bundle_style_id(&OffloadKind::OpenMp, &triple, &arch.to_string()),
+                    offload_kind: OffloadKind::OpenMp,
+                    triple,
+                    arch,
+                    image_kind: entry.image_kind,
+                    offset: entry.image_offset,
+                    size: entry.image.len() as u64,
+                    compressed: false,
+                    content,
+                },
+                entry.image,
+            );
+        }
+    }
+    let content = offload_loader::elf::content(data);
+    let arch = match aomp {
+        Some(id) => Arch::parse(content.arch.as_ref().and_then(Arch::vendor), id),
+        None => content.arch.clone().unwrap_or(Arch::None),
+    };
+    let triple = Triple::parse(match arch.vendor() {
+        Some(offload_loader::target::Vendor::Amd) => "amdgcn-amd-amdhsa",
+        Some(offload_loader::target::Vendor::Nvidia) => "nvptx64-nvidia-cuda",
+        None => "",
+    });
+    (
+        Image {
+            index,
+            id: bundle_style_id(&OffloadKind::OpenMp, &triple, &arch.to_string()),
+            offload_kind: OffloadKind::OpenMp,
+            triple,
+            arch,
+            image_kind: ImageKind::Object,
+            offset: 0,
+            size: data.len() as u64,
+            compressed: false,
+            content: Some(content),
+        },
+        data,
+    )
+}
+
+/// Unregisters a descriptor registered by `__tgt_register_lib`.
+#[no_mangle]
+pub extern "C" fn __tgt_unregister_lib(desc: *mut c_void) {
+    guard((), || {
+        let id = DESCRIPTORS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .and_then(|m| m.remove(&(desc as usize)));
+        match id {
+            Some(id) => {
+                registry::unregister(id);
+            }
+            None => set_last_error(format!("descriptor {desc:p} was not registered")),
+        }
+    })
+}
+
+/// Obsolete since LLVM 18 (requirements travel as `.requires` entries); the
+/// flags are recorded for old binaries that still call it.
+#[no_mangle]
+pub extern "C" fn __tgt_register_requires(flags: i64) {
+    guard((), || {
+        *REQUIRES.lock().unwrap_or_else(|e| e.into_inner()) |= flags;
+        tracing::debug!(flags, "__tgt_register_requires");
+    })
+}
+
+/// Detects the devices now rather than at the first registration.
+#[no_mangle]
+pub extern "C" fn __tgt_init_all_rtls() {
+    guard((), || {
+        let _ = crate::loader::devices();
+    })
+}
+
+/// AOMP: names the target of image `image_number` of the next descriptor.
+#[no_mangle]
+pub extern "C" fn __tgt_register_image_info(info: *mut c_void) {
+    guard((), || {
+        let parsed = memory(info as u64, 32, "__tgt_image_info")
+            .and_then(|b| ImageInfo::parse(b).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(i) => match c_string(i.offload_arch) {
+                Some(arch) => IMAGE_INFO
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((i.image_number, arch)),
+                None => set_last_error("__tgt_image_info has an unreadable offload_arch"),
+            },
+            Err(e) => set_last_error(e),
+        }
+    })
+}

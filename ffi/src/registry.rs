@@ -1,0 +1,325 @@
+//! The registered libraries: their images, the image selected for each device,
+//! the kernels and variables registered against them, and the modules loaded
+//! from them (lazily, at first lookup, unless `OFFLOAD_LOADER_EAGER=1`).
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use offload_loader::compressed::Limits;
+use offload_loader::container::{Container, Image};
+use offload_loader::select::{select, Policy, Selection};
+use offload_loader::target::OffloadKind;
+use once_cell::sync::{Lazy, OnceCell};
+
+use crate::info;
+use crate::loader::{self, Module};
+
+/// The language runtime a library registered through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Runtime {
+    Hip,
+    OpenMp,
+}
+
+impl Runtime {
+    pub(crate) fn offload_kind(self) -> OffloadKind {
+        match self {
+            Runtime::Hip => OffloadKind::Hip,
+            Runtime::OpenMp => OffloadKind::OpenMp,
+        }
+    }
+}
+
+/// Where a library's image bytes are.
+pub(crate) enum Images {
+    /// A bundle or compressed bundle in this process's memory.
+    Container(Container<'static>),
+    /// Images listed by a `__tgt_bin_desc`, each in this process's memory.
+    Listed(Vec<&'static [u8]>),
+}
+
+/// A registered kernel or variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Symbol {
+    /// The host-side address: kernel stub or shadow variable.
+    pub host: usize,
+    /// The device-side name.
+    pub name: String,
+    /// What it is.
+    pub kind: SymbolKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SymbolKind {
+    Kernel,
+    Variable { size: u64 },
+    Managed { size: u64 },
+    Surface,
+    Texture,
+}
+
+/// One registered library (one fat binary or one OpenMP descriptor).
+pub(crate) struct Library {
+    pub id: usize,
+    /// Where it came from, for messages: object path and address.
+    pub origin: String,
+    pub images: Vec<Image>,
+    source: Images,
+    /// The selection for each device, by device index.
+    pub selections: Vec<Selection>,
+    pub symbols: Mutex<Vec<Symbol>>,
+    modules: Vec<OnceCell<Result<Arc<dyn Module>, String>>>,
+}
+
+impl Library {
+    /// The bytes of image `index`.
+    pub(crate) fn image_bytes(
+        &self,
+        index: usize,
+    ) -> Result<std::borrow::Cow<'static, [u8]>, String> {
+        match &self.source {
+            Images::Container(c) => c
+                .image_bytes(index, &Limits::default())
+                .map_err(|e| format!("{}: {e}", self.origin)),
+            Images::Listed(list) => list
+                .get(index)
+                .map(|b| std::borrow::Cow::Borrowed(*b))
+                .ok_or_else(|| format!("{}: no image {index}", self.origin)),
+        }
+    }
+
+    /// The module loaded from this library's image for `device`, loading it on
+    /// first use.
+    pub(crate) fn module(&self, device: usize) -> Result<Arc<dyn Module>, String> {
+        let cell = self
+            .modules
+            .get(device)
+            .ok_or_else(|| format!("no device {device}"))?;
+        cell.get_or_init(|| {
+            let selection = &self.selections[device];
+            let index = selection
+                .chosen
+                .ok_or_else(|| self.no_binary_message(device))?;
+            let bytes = self.image_bytes(index)?;
+            loader::load(device, &bytes).map(Arc::from).map_err(|e| {
+                format!(
+                    "{}: loading {} on device {device}: {e}",
+                    self.origin, self.images[index].id
+                )
+            })
+        })
+        .clone()
+    }
+
+    fn no_binary_message(&self, device: usize) -> String {
+        let target = loader::devices()
+            .get(device)
+            .map(|d| d.target.to_string())
+            .unwrap_or_default();
+        let mut why: Vec<String> = self.selections[device]
+            .rejected
+            .iter()
+            .filter(|(i, _)| !self.images[*i].is_host())
+            .map(|(i, r)| format!("[{i}] {}: {r}", self.images[*i].id))
+            .collect();
+        why.truncate(8);
+        format!(
+            "no binary for GPU: device {device} ({target}) has no compatible image in {}; {}",
+            self.origin,
+            if why.is_empty() {
+                "it holds no device image".into()
+            } else {
+                why.join("; ")
+            }
+        )
+    }
+}
+
+static LIBRARIES: Lazy<RwLock<Vec<Option<Arc<Library>>>>> = Lazy::new(Default::default);
+
+static EAGER: Lazy<bool> =
+    Lazy::new(|| std::env::var("OFFLOAD_LOADER_EAGER").is_ok_and(|v| v == "1"));
+
+/// Registers a library: selects an image for every device, reports the outcome,
+/// and loads eagerly if asked. Returns the library's id.
+pub(crate) fn register(
+    runtime: Runtime,
+    origin: String,
+    images: Vec<Image>,
+    source: Images,
+) -> usize {
+    let devices = loader::devices();
+    let policy = Policy {
+        offload_kind: Some(runtime.offload_kind()),
+    };
+    let selections: Vec<Selection> = devices
+        .iter()
+        .map(|d| select(&d.target, &images, &policy))
+        .collect();
+    let mut libraries = LIBRARIES.write().unwrap_or_else(|e| e.into_inner());
+    let id = libraries.len();
+    let library = Arc::new(Library {
+        id,
+        origin,
+        images,
+        source,
+        selections,
+        symbols: Mutex::new(Vec::new()),
+        modules: devices.iter().map(|_| OnceCell::new()).collect(),
+    });
+    libraries.push(Some(library.clone()));
+    drop(libraries);
+    report(&library);
+    if *EAGER {
+        for device in 0..devices.len() {
+            if let Err(e) = library.module(device) {
+                crate::set_last_error(e);
+            }
+        }
+    }
+    id
+}
+
+/// One line per device: what was chosen and why the others lost.
+fn report(library: &Library) {
+    let devices = loader::devices();
+    if devices.is_empty() {
+        info::line(&format!(
+            "library {} ({}): {} images, no GPU found",
+            library.id,
+            library.origin,
+            library.images.len()
+        ));
+    }
+    for (d, device) in devices.iter().enumerate() {
+        let selection = &library.selections[d];
+        let targets_vendor = library
+            .images
+            .iter()
+            .any(|i| i.triple.gpu_vendor() == Some(device.target.vendor()));
+        match selection.chosen {
+            Some(i) => {
+                let lost: Vec<String> = selection
+                    .rejected
+                    .iter()
+                    .filter(|(i, _)| !library.images[*i].is_host())
+                    .map(|(i, r)| format!("[{i}] {}: {r}", library.images[*i].arch))
+                    .collect();
+                info::line(&format!(
+                    "library {} ({}): device {d} {} loads [{i}] {}{}",
+                    library.id,
+                    library.origin,
+                    device.target,
+                    library.images[i].id,
+                    if lost.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; not {}", lost.join("; "))
+                    }
+                ));
+            }
+            None if targets_vendor => {
+                let message = library.no_binary_message(d);
+                tracing::warn!("{message}");
+                eprintln!("offload-loader: {message}");
+                crate::set_last_error(message);
+            }
+            None => info::line(&format!(
+                "library {} ({}): device {d} {}: no {} code in this library",
+                library.id,
+                library.origin,
+                device.target,
+                device.target.vendor()
+            )),
+        }
+    }
+}
+
+/// The library with this id, if still registered.
+pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
+    LIBRARIES
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(id)
+        .cloned()
+        .flatten()
+}
+
+/// Every registered library, in registration order.
+pub(crate) fn libraries() -> Vec<Arc<Library>> {
+    LIBRARIES
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .flatten()
+        .cloned()
+        .collect()
+}
+
+/// Adds a symbol to library `id`; with eager loading, resolves it now.
+pub(crate) fn add_symbol(id: usize, symbol: Symbol) {
+    let Some(library) = library(id) else {
+        crate::set_last_error(format!(
+            "registering {}: library {id} is not registered",
+            symbol.name
+        ));
+        return;
+    };
+    if *EAGER {
+        for device in 0..library.selections.len() {
+            if library.selections[device].chosen.is_some() {
+                if let Err(e) = resolve(&library, device, &symbol) {
+                    crate::set_last_error(e);
+                }
+            }
+        }
+    }
+    library
+        .symbols
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(symbol);
+}
+
+/// Unregisters library `id`: its modules are unloaded when the last user lets go.
+pub(crate) fn unregister(id: usize) -> bool {
+    let mut libraries = LIBRARIES.write().unwrap_or_else(|e| e.into_inner());
+    let removed = libraries.get_mut(id).and_then(Option::take);
+    if let Some(l) = &removed {
+        info::line(&format!("library {} ({}): unregistered", l.id, l.origin));
+    }
+    removed.is_some()
+}
+
+/// The device handle or address of `symbol` on `device`: kernel handle, or
+/// variable address and size.
+pub(crate) fn resolve(
+    library: &Library,
+    device: usize,
+    symbol: &Symbol,
+) -> Result<(u64, u64), String> {
+    let module = library.module(device)?;
+    match symbol.kind {
+        SymbolKind::Kernel => module.kernel(&symbol.name).map(|h| (h, 0)),
+        _ => module.global(&symbol.name),
+    }
+    .map_err(|e| {
+        format!(
+            "{}: {} on device {device}: {e}",
+            library.origin, symbol.name
+        )
+    })
+}
+
+/// Finds a registered symbol by host address or by name.
+pub(crate) fn find(matches: impl Fn(&Symbol) -> bool) -> Option<(Arc<Library>, Symbol)> {
+    libraries().into_iter().find_map(|l| {
+        let found = l
+            .symbols
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|s| matches(s))
+            .cloned();
+        found.map(|s| (l, s))
+    })
+}
