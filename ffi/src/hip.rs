@@ -42,17 +42,18 @@ fn c_name(p: *const c_char) -> Option<String> {
 /// in `.hipFatBinSegment`: magic `0x48495046`, version 1, pointer to the bundle).
 #[no_mangle]
 pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
-    guard(new_handle(usize::MAX), || {
-        match register_fatbin(wrapper as usize) {
-            Ok(id) => new_handle(id),
-            Err(e) => {
-                tracing::warn!("{e}");
-                eprintln!("offload-loader: {e}");
-                set_last_error(e);
-                new_handle(usize::MAX)
-            }
+    // The handle is allocated once, outside the guard: a fallback value
+    // built eagerly would leak on every successful call.
+    let id = guard(usize::MAX, || match register_fatbin(wrapper as usize) {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::warn!("{e}");
+            eprintln!("offload-loader: {e}");
+            set_last_error(e);
+            usize::MAX
         }
-    })
+    });
+    new_handle(id)
 }
 
 fn register_fatbin(wrapper: usize) -> Result<usize, String> {

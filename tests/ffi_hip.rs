@@ -1,0 +1,394 @@
+//! HIP programs compiled by clang-22, linked with liboffload_loader, run under
+//! the test-double drivers and under OFFLOAD_LOADER_DEVICES.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+struct Env {
+    clang: PathBuf,
+    build: PathBuf,
+    fake: PathBuf,
+    include: PathBuf,
+}
+
+fn env() -> Option<Env> {
+    Some(Env {
+        clang: tool("clang-22", "clang-22")?,
+        fake: built("liboffload_test_drivers.so")?,
+        build: {
+            built("liboffload_loader.so")?;
+            built("liboffload_loader.a")?;
+            build_dir()
+        },
+        include: Path::new(env!("CARGO_MANIFEST_DIR")).join("ffi/include"),
+    })
+}
+
+const ARCHS: &[&str] = &["gfx90a:xnack-", "gfx90a:xnack+", "gfx1100", "gfx11-generic"];
+
+fn hip(e: &Env, src: &str, out: &Path, extra: &[&str]) {
+    let mut cmd = Command::new(&e.clang);
+    cmd.args(["-x", "hip", "-nogpulib", "-nogpuinc", "-fuse-ld=lld", "-I"])
+        .arg(&e.include)
+        .arg("-I")
+        .arg(program(""))
+        .args(ARCHS.iter().map(|a| format!("--offload-arch={a}")))
+        .arg(program(src))
+        .args(extra)
+        .arg("-o")
+        .arg(out);
+    run_ok(&mut cmd);
+}
+
+fn link_shared(e: &Env) -> Vec<String> {
+    vec![
+        format!("-L{}", e.build.display()),
+        "-loffload_loader".into(),
+        format!("-Wl,-rpath,{}", e.build.display()),
+    ]
+}
+
+/// Runs `exe` with the fake HSA driver showing two AMD GPUs.
+fn run_fake(e: &Env, exe: &Path, args: &[&str], log: &Path, extra_env: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .env("OFFLOAD_LOADER_HSA_LIBRARY", &e.fake)
+        .env("OFFLOAD_LOADER_CUDA_LIBRARY", &e.fake)
+        .env(
+            "FAKE_HSA_AGENTS",
+            "gfx90a:sramecc+:xnack-;gfx1103|gfx11-generic",
+        )
+        .env("FAKE_DRIVER_LOG", log)
+        .env("OFFLOAD_LOADER_INFO", "1")
+        .env_remove("OFFLOAD_LOADER_DEVICES");
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let out = run_ok(&mut cmd);
+    String::from_utf8(out.stdout).unwrap() + &String::from_utf8(out.stderr).unwrap()
+}
+
+fn lines(text: &str, prefix: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn executable_registers_selects_and_resolves_on_each_device() {
+    let Some(e) = env() else { return };
+    let dir = scratch("hip-exe");
+    for (name, compress) in [("plain", false), ("compressed", true)] {
+        let exe = dir.join(name);
+        let mut extra = link_shared(&e);
+        if compress {
+            extra.push("--offload-compress".into());
+        }
+        hip(
+            &e,
+            "app.hip",
+            &exe,
+            &extra.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        let log = dir.join(format!("{name}.log"));
+        let out = run_fake(&e, &exe, &[], &log, &[]);
+        assert!(out.contains("devices=2 libraries=1"), "{out}");
+        let got: Vec<String> = lines(&out, "app device=gfx90a:sramecc+:xnack-")
+            .iter()
+            .map(|l| strip_bytes(l))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "app device=gfx90a:sramecc+:xnack- selected=0 image=4 target=gfx90a:xnack-",
+                "app device=gfx90a:sramecc+:xnack- kernel=0",
+                "app device=gfx90a:sramecc+:xnack- variable=0 size=4",
+            ],
+            "{out}"
+        );
+        // gfx1103 has no specific image: the gfx11-generic one runs.
+        assert!(
+            out.contains("app device=gfx1103 selected=0 image=1 target=gfx11-generic"),
+            "{out}"
+        );
+        assert!(out.contains("app device=gfx1103 kernel=0"), "{out}");
+        // Lazy loading: each device loaded its image once, on first lookup.
+        let loads = std::fs::read_to_string(&log).unwrap();
+        let loads: Vec<&str> = loads.lines().collect();
+        assert_eq!(loads.len(), 2, "{loads:?}");
+        assert!(loads[0].starts_with("hsa load gfx90a:sramecc+:xnack- "));
+        assert!(loads[1].starts_with("hsa load gfx1103 "));
+        // OFFLOAD_LOADER_INFO: one line per device, with why the others lost.
+        assert!(out.contains("device 0 gfx90a:sramecc+:xnack- loads [4] hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-; not [1] gfx11-generic: gfx11-generic code does not run on gfx90a, which is not in that family; [2] gfx1100: it is built for gfx1100, the device is gfx90a; [3] gfx90a:xnack+: it needs xnack+ but the device is xnack-"), "{out}");
+        assert!(out.contains("unregistered"), "{out}");
+    }
+}
+
+fn strip_bytes(line: &str) -> String {
+    line.split(" bytes=").next().unwrap().to_string()
+}
+
+#[test]
+fn eager_loading_and_the_loaded_bytes_are_the_selected_image() {
+    let Some(e) = env() else { return };
+    let dir = scratch("hip-eager");
+    let exe = dir.join("app");
+    let extra = link_shared(&e);
+    hip(
+        &e,
+        "app.hip",
+        &exe,
+        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let log = dir.join("eager.log");
+    let out = run_fake(&e, &exe, &[], &log, &[("OFFLOAD_LOADER_EAGER", "1")]);
+    assert!(out.contains("app device=gfx1103 kernel=0"), "{out}");
+    let loads = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(loads.lines().count(), 2, "{loads}");
+    // The bytes loaded on gfx90a are exactly the gfx90a:xnack- image of the
+    // executable's bundle, as clang-offload-bundler extracts it.
+    let Some(bundler) = tool("clang-offload-bundler", "clang-tools-22") else {
+        return;
+    };
+    let Some(objcopy) = tool("llvm-objcopy", "llvm-22") else {
+        return;
+    };
+    let fatbin = dir.join("fatbin");
+    run_ok(
+        Command::new(objcopy)
+            .arg(format!("--dump-section=.hip_fatbin={}", fatbin.display()))
+            .arg(&exe)
+            .arg(dir.join("stripped")),
+    );
+    let image = dir.join("gfx90a.co");
+    run_ok(Command::new(bundler).args([
+        "-type=o",
+        "-unbundle",
+        "-targets=hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-",
+        &format!("-input={}", fatbin.display()),
+        &format!("-output={}", image.display()),
+    ]));
+    let bytes = std::fs::read(&image).unwrap();
+    let first = loads.lines().next().unwrap();
+    let fnv = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    assert_eq!(
+        first,
+        format!("hsa load gfx90a:sramecc+:xnack- {} {fnv:016x}", bytes.len())
+    );
+}
+
+#[test]
+fn shared_library_linked_and_dlopened() {
+    let Some(e) = env() else { return };
+    let dir = scratch("hip-lib");
+    let lib = dir.join("libkernels.so");
+    let mut extra = link_shared(&e);
+    extra.extend(["-shared".into(), "-fPIC".into()]);
+    hip(
+        &e,
+        "lib.hip",
+        &lib,
+        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    // Linked: the library's constructor registers first.
+    let exe = dir.join("linked");
+    let mut extra = link_shared(&e);
+    extra.extend([
+        format!("-L{}", dir.display()),
+        "-lkernels".into(),
+        format!("-Wl,-rpath,{}", dir.display()),
+    ]);
+    hip(
+        &e,
+        "uses_lib.hip",
+        &exe,
+        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let out = run_fake(&e, &exe, &[], &dir.join("linked.log"), &[]);
+    assert!(out.contains("libraries=2"), "{out}");
+    for who in ["lib", "main"] {
+        for device in ["gfx90a:sramecc+:xnack-", "gfx1103"] {
+            assert!(
+                out.contains(&format!("{who} device={device} kernel=0")),
+                "{who} {device}: {out}"
+            );
+            assert!(
+                out.contains(&format!("{who} device={device} variable=0")),
+                "{who} {device}: {out}"
+            );
+        }
+    }
+    // dlopen'ed later: registered then, and unregistered at dlclose.
+    let exe = dir.join("dlopens");
+    let mut extra = link_shared(&e);
+    extra.push("-ldl".into());
+    let src = dir.join("dl.hip");
+    std::fs::write(
+        &src,
+        std::fs::read_to_string(program("uses_lib.hip"))
+            .unwrap()
+            .replace(
+                "extern \"C\" void lib_report(int library);",
+                "static void lib_report(int) {}",
+            ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(&e.clang);
+    cmd.args([
+        "-x",
+        "hip",
+        "-nogpulib",
+        "-nogpuinc",
+        "-fuse-ld=lld",
+        "--offload-arch=gfx90a",
+    ])
+    .arg("-I")
+    .arg(&e.include)
+    .arg("-I")
+    .arg(program(""))
+    .arg(&src)
+    .args(&extra)
+    .arg("-o")
+    .arg(&exe);
+    run_ok(&mut cmd);
+    let out = run_fake(&e, &exe, &[lib.to_str().unwrap()], &dir.join("dl.log"), &[]);
+    assert!(out.contains("libraries=2"), "{out}");
+    assert!(
+        out.contains("lib device=gfx90a:sramecc+:xnack- kernel=0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("library 1 (") && out.contains("libkernels.so"),
+        "{out}"
+    );
+    assert!(
+        out.contains("main device=gfx1103 selected=-2"),
+        "gfx1103 has no image in main: {out}"
+    );
+    assert!(
+        out.contains("no binary for GPU: device 1 (gfx1103) has no compatible image"),
+        "{out}"
+    );
+}
+
+#[test]
+fn static_library_works_as_well() {
+    let Some(e) = env() else { return };
+    let dir = scratch("hip-static");
+    let exe = dir.join("app");
+    let extra = [
+        "-x".into(),
+        "none".into(),
+        e.build.join("liboffload_loader.a").display().to_string(),
+        "-lpthread".into(),
+        "-ldl".into(),
+        "-lm".into(),
+    ];
+    hip(
+        &e,
+        "app.hip",
+        &exe,
+        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let needed = run_ok(Command::new("ldd").arg(&exe));
+    assert!(!String::from_utf8_lossy(&needed.stdout).contains("liboffload_loader"));
+    let out = run_fake(&e, &exe, &[], &dir.join("log"), &[]);
+    assert!(out.contains("app device=gfx1103 kernel=0"), "{out}");
+}
+
+#[test]
+fn never_aborts_the_host() {
+    let Some(e) = env() else { return };
+    let dir = scratch("hip-failures");
+    let exe = dir.join("app");
+    let extra = link_shared(&e);
+    hip(
+        &e,
+        "app.hip",
+        &exe,
+        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let log = dir.join("log");
+    // A driver whose loads fail: typed error with the driver's own string.
+    let out = run_fake(&e, &exe, &[], &log, &[("FAKE_HSA_LOAD_STATUS", "0x1010")]);
+    assert!(out.contains("kernel=-3 "), "{out}");
+    assert!(out.contains("hsa_executable_load_agent_code_object failed: HSA_STATUS_ERROR_INVALID_CODE_OBJECT (0x1010): The code object is invalid. (fake)"), "{out}");
+    // hsa_init failing, and no CUDA: no devices, the program still runs.
+    let out = run_fake(
+        &e,
+        &exe,
+        &[],
+        &log,
+        &[
+            ("FAKE_HSA_INIT_STATUS", "0x1008"),
+            ("OFFLOAD_LOADER_KFD_ROOT", "/nonexistent"),
+        ],
+    );
+    assert!(out.contains("devices=0 libraries=1"), "{out}");
+    assert!(out.contains("no GPU found"), "{out}");
+    // A device with no compatible image: HIP's "no binary for GPU", clearly.
+    let out = run_fake(&e, &exe, &[], &log, &[("FAKE_HSA_AGENTS", "gfx1030")]);
+    assert!(
+        out.contains("no binary for GPU: device 0 (gfx1030) has no compatible image"),
+        "{out}"
+    );
+    assert!(out.contains("app device=gfx1030 selected=-2"), "{out}");
+    // Overrides select without a driver and say why nothing loads.
+    let mut cmd = Command::new(&exe);
+    cmd.env("OFFLOAD_LOADER_DEVICES", "gfx90a:xnack+,gfx1151");
+    let out = run_ok(&mut cmd);
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains("app device=gfx90a:xnack+ selected=0 image=3 target=gfx90a:xnack+"),
+        "{out}"
+    );
+    assert!(
+        out.contains("app device=gfx1151 selected=0 image=1 target=gfx11-generic"),
+        "{out}"
+    );
+    assert!(out.contains("kernel=-3 "), "{out}");
+    assert!(
+        out.contains("came from override and has no driver to load images with"),
+        "{out}"
+    );
+}
+
+#[test]
+fn nothing_leaks_under_valgrind() {
+    let Some(e) = env() else { return };
+    let Some(valgrind) = tool("valgrind", "valgrind") else {
+        return;
+    };
+    let dir = scratch("hip-valgrind");
+    let exe = dir.join("app");
+    let extra = link_shared(&e);
+    hip(
+        &e,
+        "app.hip",
+        &exe,
+        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let out = Command::new(valgrind)
+        .args([
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite",
+            "--error-exitcode=9",
+            "-q",
+        ])
+        .arg(&exe)
+        .env("OFFLOAD_LOADER_HSA_LIBRARY", &e.fake)
+        .env("OFFLOAD_LOADER_CUDA_LIBRARY", "/nonexistent")
+        .env("FAKE_HSA_AGENTS", "gfx90a:sramecc+:xnack-")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kernel=0"));
+}
