@@ -216,6 +216,14 @@ impl<'a> Container<'a> {
         device: &crate::select::DeviceTarget,
         policy: &crate::select::Policy,
     ) -> crate::select::Selection {
+        // NVIDIA code whose container does not say cubin or PTX: whether it
+        // runs natively or needs the JIT depends on which, so read it first.
+        for i in 0..self.images.len() {
+            let image = &self.images[i];
+            if image.image_kind == ImageKind::None && matches!(image.arch, Arch::Nvptx(_)) {
+                self.read_content(i);
+            }
+        }
         loop {
             let selection = crate::select::select(device, &self.images, policy);
             match selection.chosen {

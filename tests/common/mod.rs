@@ -21,7 +21,8 @@ pub fn missing(what: &str, package: &str) {
 
 /// A tool from PATH or LLVM 22's directory, e.g. `clang-22`, `clang-offload-bundler`.
 pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
-    for dir in ["/usr/bin", "/usr/lib/llvm-22/bin"] {
+    // LLVM 22's own directory first: /usr/bin may hold another LLVM's unversioned tools.
+    for dir in ["/usr/lib/llvm-22/bin", "/usr/bin"] {
         let p = Path::new(dir).join(name);
         if p.exists() {
             return Some(p);
