@@ -175,12 +175,12 @@ pub enum Reason {
         status: String,
     },
     /// The library did not return within the time limit.
-    #[error("{library} did not answer within {seconds} s; detection gave up on it")]
+    #[error("{library} did not answer within {millis} ms; detection gave up on it")]
     Timeout {
         /// The library.
         library: String,
         /// The limit.
-        seconds: u64,
+        millis: u64,
     },
     /// The KFD topology is not there.
     #[error("no KFD topology at {0}")]
@@ -351,7 +351,7 @@ fn with_timeout(
                 status: Status::Unavailable,
                 reason: Some(Reason::Timeout {
                     library: what.into(),
-                    seconds: timeout.as_secs(),
+                    millis: timeout.as_millis() as u64,
                 }),
             },
         )
