@@ -392,3 +392,70 @@ fn nothing_leaks_under_valgrind() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("kernel=0"));
 }
+
+#[test]
+fn probe_inspects_a_running_process() {
+    let Some(e) = env() else { return };
+    let dir = scratch("hip-pid");
+    let exe = dir.join("waits");
+    let src = dir.join("waits.hip");
+    std::fs::write(
+        &src,
+        "#include \"hip_prelude.h\"\n__attribute__((global)) void k(int *p) { *p = 1; }\nint main() { printf(\"ready\\n\"); fflush(stdout); return getchar() == EOF ? 0 : 1; }\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(&e.clang);
+    cmd.args([
+        "-x",
+        "hip",
+        "-nogpulib",
+        "-nogpuinc",
+        "-fuse-ld=lld",
+        "--offload-arch=gfx90a",
+        "--offload-arch=gfx1100",
+    ])
+    .arg("-I")
+    .arg(&e.include)
+    .arg("-I")
+    .arg(program(""))
+    .arg(&src)
+    .args(link_shared(&e))
+    .arg("-o")
+    .arg(&exe);
+    run_ok(&mut cmd);
+    let mut child = Command::new(&exe)
+        .env("OFFLOAD_LOADER_DEVICES", "gfx1100")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = [0u8; 6];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut ready).unwrap();
+    let probe = e.build.join("offload-probe");
+    let out = Command::new(&probe)
+        .args([
+            "--json",
+            "--device",
+            "gfx1100",
+            "--pid",
+            &child.id().to_string(),
+        ])
+        .output()
+        .unwrap();
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Only objects with offload code are listed: the program itself.
+    let objects = report["objects"].as_array().unwrap();
+    assert_eq!(objects.len(), 1, "{report}");
+    assert_eq!(objects[0]["path"], exe.display().to_string());
+    let c = &objects[0]["containers"][0];
+    let chosen = c["selected"][0]["image"].as_u64().unwrap() as usize;
+    assert_eq!(c["images"][chosen]["target_id"], "gfx1100");
+}

@@ -47,7 +47,7 @@ fn openmp_program_registers_images_and_entries() {
                     .join("ffi/include")
                     .display()
             ))
-            .arg(program("omp.c"))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/openmp_query.c"))
             .arg(format!("-L{}", shim.display()))
             .arg(format!("-Wl,-rpath,{}", shim.display()))
             .arg("-o")

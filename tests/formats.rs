@@ -435,3 +435,99 @@ fn ptx_packaged_by_llvm_offload_binary() {
         "its PTX ISA 7.8 is newer than the driver can compile (up to 7.6)"
     );
 }
+
+#[test]
+fn relocatable_rdc_objects_and_archives() {
+    let (Some(clang), Some(ar)) = (tool("clang-22", "clang-22"), tool("llvm-ar", "llvm-22")) else {
+        return;
+    };
+    let dir = scratch("formats-rdc");
+    let src = dir.join("k.hip");
+    std::fs::write(&src, KERNEL).unwrap();
+    // -fgpu-rdc -c: one __CLANG_OFFLOAD_BUNDLE__<id> section per entry.
+    let obj = dir.join("rdc.o");
+    run_ok(
+        Command::new(&clang)
+            .args([
+                "-x",
+                "hip",
+                "-nogpulib",
+                "-nogpuinc",
+                "-fgpu-rdc",
+                "-c",
+                "--offload-arch=gfx90a:xnack-",
+                "--offload-arch=gfx1100",
+            ])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj),
+    );
+    let file = MappedFile::open(&obj).unwrap();
+    let found = file.containers(&Limits::default()).unwrap();
+    let bundle = found
+        .iter()
+        .find_map(|s| {
+            s.containers[0]
+                .as_ref()
+                .ok()
+                .filter(|c| c.format == Format::ObjectBundle)
+        })
+        .unwrap();
+    let mut ours: Vec<String> = bundle.images.iter().map(|i| i.id.clone()).collect();
+    let Some(mut reference) = bundler_list(&obj) else {
+        return;
+    };
+    ours.sort();
+    reference.sort();
+    assert_eq!(ours, reference);
+    for (i, image) in bundle.images.iter().enumerate() {
+        if !image.is_host() {
+            let theirs = bundler_extract(&obj, &image.id).unwrap();
+            assert!(
+                bundle.image_bytes(i, &Limits::default()).unwrap().as_ref() == theirs.as_slice(),
+                "{}",
+                image.id
+            );
+        }
+    }
+    // A static archive of it and of a plain object: every member is found,
+    // despite archive members being only 2-byte aligned.
+    let plain = dir.join("plain.o");
+    run_ok(
+        Command::new(&clang)
+            .args([
+                "-x",
+                "hip",
+                "-nogpulib",
+                "-nogpuinc",
+                "-c",
+                "--offload-arch=gfx906",
+            ])
+            .arg(&src)
+            .arg("-o")
+            .arg(&plain),
+    );
+    let lib = dir.join("libk.a");
+    run_ok(Command::new(ar).arg("rcs").arg(&lib).arg(&obj).arg(&plain));
+    let file = MappedFile::open(&lib).unwrap();
+    let members: Vec<(String, &'static str, usize)> = file
+        .containers(&Limits::default())
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let c = s.containers[0].as_ref().unwrap();
+            (
+                s.section.member.clone().unwrap(),
+                c.format.name(),
+                c.images.len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        members,
+        [
+            ("plain.o".to_string(), "bundle", 2),
+            ("rdc.o".to_string(), "object-bundle", 3)
+        ]
+    );
+}

@@ -28,6 +28,9 @@ pub enum Format {
     OffloadBinary,
     /// An NVIDIA fat binary.
     NvFatbin,
+    /// A relocatable object whose `__CLANG_OFFLOAD_BUNDLE__<id>` sections
+    /// are the entries of a bundle.
+    ObjectBundle,
 }
 
 impl Format {
@@ -38,6 +41,7 @@ impl Format {
             Format::CompressedBundle => "compressed-bundle",
             Format::OffloadBinary => "offload-binary",
             Format::NvFatbin => "nv-fatbin",
+            Format::ObjectBundle => "object-bundle",
         }
     }
 
@@ -179,6 +183,16 @@ impl<'a> Container<'a> {
                 let fatbin = crate::nv_fatbin::NvFatbin::parse(data)?;
                 (fatbin.len(), None, fatbin.images())
             }
+            // No magic sniffs as one: object bundles are built from sections.
+            Format::ObjectBundle => {
+                return Err(Error::new(
+                    0,
+                    ErrorKind::Malformed {
+                        what: "object bundle",
+                        why: "is made from an object's sections, not parsed from bytes",
+                    },
+                ))
+            }
         };
         Ok(Container {
             offset: 0,
@@ -189,6 +203,29 @@ impl<'a> Container<'a> {
             data: &data[..len as usize],
             inflated: OnceLock::new(),
         })
+    }
+
+    /// The container formed by an object's `__CLANG_OFFLOAD_BUNDLE__<id>`
+    /// sections: `entries` are (bundle entry ID, file offset, size) within
+    /// `file`, the whole file's bytes. Offsets stay file offsets.
+    pub fn from_object_bundle(file: &'a [u8], entries: &[(&str, u64, u64)]) -> Container<'a> {
+        let start = entries.iter().map(|e| e.1).min().unwrap_or(0);
+        let end = entries.iter().map(|e| e.1 + e.2).max().unwrap_or(0);
+        let images = bundle_images_from(
+            entries
+                .iter()
+                .map(|(id, offset, size)| (*id, *offset - start, *size)),
+            false,
+        );
+        Container {
+            offset: start,
+            format: Format::ObjectBundle,
+            len: end - start,
+            compression: None,
+            images,
+            data: &file[start as usize..end as usize],
+            inflated: OnceLock::new(),
+        }
     }
 
     /// Reads what image `index` really is from its first bytes (its ELF header
@@ -277,21 +314,30 @@ impl<'a> Container<'a> {
 }
 
 fn bundle_images(bundle: &Bundle<'_>, compressed: bool) -> Vec<Image> {
-    bundle
-        .entries()
-        .iter()
+    bundle_images_from(
+        bundle.entries().iter().map(|e| (e.id, e.offset, e.size)),
+        compressed,
+    )
+}
+
+/// Images from (bundle entry ID, offset, size) triples.
+fn bundle_images_from<'b>(
+    entries: impl Iterator<Item = (&'b str, u64, u64)>,
+    compressed: bool,
+) -> Vec<Image> {
+    entries
         .enumerate()
-        .map(|(index, e)| {
-            let id = BundleId::parse(e.id);
+        .map(|(index, (raw, offset, size))| {
+            let id = BundleId::parse(raw);
             Image {
                 index,
-                id: e.id.to_owned(),
+                id: raw.to_owned(),
                 offload_kind: id.kind,
                 triple: id.triple,
                 arch: id.arch,
                 image_kind: ImageKind::None,
-                offset: e.offset,
-                size: e.size,
+                offset,
+                size,
                 compressed,
                 content: None,
             }

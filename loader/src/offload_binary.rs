@@ -340,6 +340,79 @@ pub(crate) mod tests {
         assert_eq!(e.arch().to_string(), "gfx90a:xnack+");
     }
 
+    /// Builds a v2 binary (LLVM 23): an entry count at 24, and 24-byte string
+    /// entries with a value size, here two entries sharing the string table.
+    fn build_v2(images: &[(&str, &[u8])]) -> Vec<u8> {
+        let entries_at = 32u64;
+        let strings_at = entries_at + 40 * images.len() as u64;
+        let table_at = strings_at + 24 * 2 * images.len() as u64;
+        let mut table = b"triple\0amdgcn-amd-amdhsa\0arch\0".to_vec();
+        let arch_offsets: Vec<u64> = images
+            .iter()
+            .map(|(arch, _)| {
+                let at = table_at + table.len() as u64;
+                table.extend(arch.as_bytes());
+                table.push(0);
+                at
+            })
+            .collect();
+        let mut image_at = (table_at + table.len() as u64).next_multiple_of(8);
+        let mut out = MAGIC.to_vec();
+        out.extend(2u32.to_le_bytes());
+        out.extend(0u64.to_le_bytes()); // total size, patched below
+        out.extend(entries_at.to_le_bytes());
+        out.extend((images.len() as u64).to_le_bytes());
+        let mut image_offsets = vec![];
+        for (i, (_, image)) in images.iter().enumerate() {
+            out.extend(1u16.to_le_bytes());
+            out.extend(4u16.to_le_bytes());
+            out.extend(0u32.to_le_bytes());
+            out.extend((strings_at + 48 * i as u64).to_le_bytes());
+            out.extend(2u64.to_le_bytes());
+            out.extend(image_at.to_le_bytes());
+            out.extend((image.len() as u64).to_le_bytes());
+            image_offsets.push(image_at);
+            image_at = (image_at + image.len() as u64).next_multiple_of(8);
+        }
+        for (i, (arch, _)) in images.iter().enumerate() {
+            for (key, value, size) in [
+                (table_at, table_at + 7, 17u64),
+                (table_at + 25, arch_offsets[i], arch.len() as u64),
+            ] {
+                out.extend(key.to_le_bytes());
+                out.extend(value.to_le_bytes());
+                out.extend(size.to_le_bytes());
+            }
+        }
+        out.extend(&table);
+        for ((_, image), at) in images.iter().zip(image_offsets) {
+            out.resize(at as usize, 0);
+            out.extend(*image);
+        }
+        out.resize(out.len().next_multiple_of(8), 0);
+        let total = out.len() as u64;
+        out[8..16].copy_from_slice(&total.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn parses_v2_with_several_entries() {
+        let data = build_v2(&[("gfx90a:xnack+", b"AAAA"), ("gfx1100", b"BBBBBB")]);
+        let bin = OffloadBinary::parse(&data).unwrap();
+        assert_eq!(bin.version, 2);
+        let archs: Vec<String> = bin.entries().iter().map(|e| e.arch().to_string()).collect();
+        assert_eq!(archs, ["gfx90a:xnack+", "gfx1100"]);
+        assert_eq!(bin.entries()[1].image, b"BBBBBB");
+        assert_eq!(bin.entries()[0].offload_kind, OffloadKind::Hip);
+        // A count the binary cannot hold.
+        let mut huge = data.clone();
+        huge[24..32].copy_from_slice(&(1u64 << 48).to_le_bytes());
+        assert!(matches!(
+            OffloadBinary::parse(&huge).unwrap_err().kind,
+            ErrorKind::TooLarge { .. }
+        ));
+    }
+
     #[test]
     fn rejects_hostile_fields() {
         let data = build_v1(

@@ -11,7 +11,7 @@ use object::{Endianness, FileKind};
 
 use super::{
     FileError, FileErrorKind, OffloadSection, SectionRole, CONTAINER_SECTIONS,
-    REGISTRATION_SECTIONS, SHT_LLVM_OFFLOADING,
+    OBJECT_BUNDLE_PREFIX, REGISTRATION_SECTIONS, SHT_LLVM_OFFLOADING,
 };
 use crate::compressed::Limits;
 use crate::container::{self, Container, Format};
@@ -65,8 +65,9 @@ impl MappedFile {
     /// Every container of every container section, with offsets relative to the
     /// file. A broken container is reported in place; the others are still listed.
     pub fn containers(&self, limits: &Limits) -> Result<Vec<SectionContainers<'_>>, FileError> {
-        Ok(self
-            .offload_sections()?
+        let sections = self.offload_sections()?;
+        let object_bundles = object_bundles(self.bytes(), &sections);
+        Ok(sections
             .into_iter()
             .filter(|s| s.role == SectionRole::Containers)
             .map(|section| {
@@ -87,8 +88,46 @@ impl MappedFile {
                     containers,
                 }
             })
+            .chain(object_bundles)
             .collect())
     }
+}
+
+/// A bundle entry ID with its section's file offset and size.
+type ObjectBundleEntry<'a> = (&'a str, u64, u64);
+
+/// The `__CLANG_OFFLOAD_BUNDLE__<id>` sections of each object (or archive
+/// member), gathered into one container per object.
+fn object_bundles<'a>(data: &'a [u8], sections: &[OffloadSection]) -> Vec<SectionContainers<'a>> {
+    let mut out: Vec<SectionContainers<'a>> = Vec::new();
+    let entries = sections
+        .iter()
+        .filter(|s| s.role == SectionRole::BundleEntry);
+    // Per archive member (or the file itself): its (ID, offset, size) entries.
+    let mut groups: Vec<(Option<String>, Vec<ObjectBundleEntry<'_>>)> = Vec::new();
+    for s in entries {
+        let id = &s.name[OBJECT_BUNDLE_PREFIX.len()..];
+        match groups.iter_mut().find(|(m, _)| *m == s.member) {
+            Some((_, list)) => list.push((id, s.file_offset, s.size)),
+            None => groups.push((s.member.clone(), vec![(id, s.file_offset, s.size)])),
+        }
+    }
+    for (member, list) in groups {
+        let container = Container::from_object_bundle(data, &list);
+        let offset = container.offset;
+        out.push(SectionContainers {
+            section: OffloadSection {
+                member,
+                name: OBJECT_BUNDLE_PREFIX.trim_end_matches('_').to_string() + "__*",
+                role: SectionRole::BundleEntry,
+                file_offset: offset,
+                size: container.len,
+                address: 0,
+            },
+            containers: vec![Ok(container)],
+        });
+    }
+    out
 }
 
 /// A container section with what was found in it.
@@ -151,6 +190,8 @@ fn elf_sections(
             SectionRole::Containers
         } else if REGISTRATION_SECTIONS.contains(&name.as_ref()) {
             SectionRole::Registration
+        } else if name.starts_with(OBJECT_BUNDLE_PREFIX) {
+            SectionRole::BundleEntry
         } else {
             continue;
         };

@@ -30,11 +30,20 @@ pub const REGISTRATION_SECTIONS: &[&str] = &[
 /// `SHT_LLVM_OFFLOADING`: the section type of `.llvm.offloading` (llvm/BinaryFormat/ELF.h).
 pub const SHT_LLVM_OFFLOADING: u32 = 0x6fff_4c0b;
 
+/// Prefix of the sections clang-offload-bundler writes into relocatable
+/// objects (`-fgpu-rdc`, `-type=o`): one section per entry, named
+/// `__CLANG_OFFLOAD_BUNDLE__<bundle entry ID>` (clang/lib/Driver/OffloadBundler.cpp
+/// `ObjectFileHandler`).
+pub const OBJECT_BUNDLE_PREFIX: &str = "__CLANG_OFFLOAD_BUNDLE__";
+
 /// What a found section holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SectionRole {
     /// Offload containers: scan it with [`crate::container::scan`].
     Containers,
+    /// One entry of an object-file bundle: the section's bytes are the code
+    /// object, its name after [`OBJECT_BUNDLE_PREFIX`] the bundle entry ID.
+    BundleEntry,
     /// Registration structures (wrappers, entry tables, arch list).
     Registration,
 }

@@ -1,4 +1,8 @@
-/* An OpenMP offload program: one declare-target variable and one target
+/* C example: an OpenMP offload program linked with liboffload_loader that asks
+ * the library what it registered and selected. Built and run by
+ * tests/ffi_openmp.rs; see README "Using the library".
+ *
+ * An OpenMP offload program: one declare-target variable and one target
  * region (a kernel). libomptarget is not packaged in Debian, so the program
  * defines the launch entry point itself: offloading "fails" and the region
  * runs on the host, which is all registration needs. */

@@ -1,0 +1,28 @@
+//! The Rust example, built by `cargo test`, run on the real rocSPARSE library.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn list_and_select_example_runs() {
+    let lib = "/usr/lib/x86_64-linux-gnu/librocsparse.so.0";
+    if !std::path::Path::new(lib).exists() {
+        missing(lib, "librocsparse0");
+        return;
+    }
+    let Some(example) = built("examples/list_and_select") else {
+        return;
+    };
+    let out = run_ok(Command::new(example).args([lib, "gfx908:xnack-"]));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.matches(".hip_fatbin bundle at").count(), 111);
+    assert_eq!(
+        text.matches("gfx908:xnack- runs [5] hipv4-amdgcn-amd-amdhsa--gfx908:xnack-")
+            .count(),
+        111
+    );
+    assert!(text.contains("not [6]: it is built for gfx90a, the device is gfx908"));
+}
