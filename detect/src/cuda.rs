@@ -47,22 +47,6 @@ impl std::fmt::Debug for Api {
     }
 }
 
-macro_rules! resolve {
-    ($lib:expr, $path:expr, $name:literal) => {{
-        // SAFETY: looked up by its C name and given the C signature cuda.h
-        // declares for it (the field's type).
-        match unsafe { $lib.get(concat!($name, "\0").as_bytes()) } {
-            Ok(symbol) => *symbol,
-            Err(_) => {
-                return Err(Reason::MissingSymbol {
-                    symbol: $name,
-                    library: $path.clone(),
-                })
-            }
-        }
-    }};
-}
-
 impl Api {
     fn open(explicit: Option<PathBuf>) -> Result<Api, Reason> {
         let candidates = match explicit {

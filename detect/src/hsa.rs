@@ -108,22 +108,6 @@ impl std::fmt::Debug for Api {
     }
 }
 
-macro_rules! resolve {
-    ($lib:expr, $path:expr, $name:literal) => {{
-        // SAFETY: the symbol is looked up by its C name and given the C
-        // signature the HSA headers declare for it (the field's type).
-        match unsafe { $lib.get(concat!($name, "\0").as_bytes()) } {
-            Ok(symbol) => *symbol,
-            Err(_) => {
-                return Err(Reason::MissingSymbol {
-                    symbol: $name,
-                    library: $path.clone(),
-                })
-            }
-        }
-    }};
-}
-
 impl Api {
     fn open(explicit: Option<PathBuf>) -> Result<Api, Reason> {
         let candidates = match explicit {

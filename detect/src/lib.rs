@@ -14,6 +14,25 @@
 //! [`BackendReport`] with a printable [`Reason`], and nothing is printed
 //! (events go to `tracing`). [`driver`] puts an image on a device.
 
+/// Resolves the C function `$name` from `$lib` (opened from `$path`) into a
+/// field whose type is the signature the vendor's header declares, or returns
+/// [`Reason::MissingSymbol`].
+macro_rules! resolve {
+    ($lib:expr, $path:expr, $name:literal) => {{
+        // SAFETY: the symbol is looked up by its C name and given the C
+        // signature the vendor's header declares for it (the field's type).
+        match unsafe { $lib.get(concat!($name, "\0").as_bytes()) } {
+            Ok(symbol) => *symbol,
+            Err(_) => {
+                return Err($crate::Reason::MissingSymbol {
+                    symbol: $name,
+                    library: $path.clone(),
+                })
+            }
+        }
+    }};
+}
+
 pub mod cuda;
 pub mod driver;
 pub mod hsa;

@@ -12,7 +12,7 @@ use offload_loader::discover::process;
 use offload_loader::entries::{EntryKind, EntryTable};
 use offload_loader::offload_binary::{ImageKind, OffloadBinary};
 use offload_loader::registration::{BinaryDescriptor, DeviceImage, ImageInfo, DEVICE_IMAGE_SIZE};
-use offload_loader::target::{Arch, OffloadKind, Triple};
+use offload_loader::target::{Arch, OffloadKind, Triple, Vendor};
 
 use crate::registry::{self, Images, Runtime, Symbol, SymbolKind};
 use crate::{guard, set_last_error};
@@ -149,53 +149,44 @@ fn register(desc: u64) -> Result<(), String> {
 /// offload binary's inner image with its triple and arch, or an ELF named by
 /// its own header (or by AOMP's image info).
 fn describe(index: usize, data: &'static [u8], aomp: Option<&str>) -> (Image, &'static [u8]) {
-    if let Ok(bin) = OffloadBinary::parse(data) {
-        if let Some(entry) = bin.entries().first() {
-            let triple = entry.triple();
-            let arch = entry.arch();
-            let content = Some(offload_loader::elf::content(entry.image));
-            return (
-                Image {
-                    index,
-                    id: bundle_style_id(&OffloadKind::OpenMp, &triple, &arch.to_string()),
-                    offload_kind: OffloadKind::OpenMp,
-                    triple,
-                    arch,
-                    image_kind: entry.image_kind,
-                    offset: entry.image_offset,
-                    size: entry.image.len() as u64,
-                    compressed: false,
-                    content,
-                },
+    let (triple, arch, image_kind, offset, bytes) = match OffloadBinary::parse(data) {
+        Ok(bin) if !bin.is_empty() => {
+            let entry = &bin.entries()[0];
+            (
+                entry.triple(),
+                entry.arch(),
+                entry.image_kind,
+                entry.image_offset,
                 entry.image,
-            );
+            )
         }
-    }
-    let content = offload_loader::elf::content(data);
-    let arch = match aomp {
-        Some(id) => Arch::parse(content.arch.as_ref().and_then(Arch::vendor), id),
-        None => content.arch.clone().unwrap_or(Arch::None),
+        _ => {
+            let sniffed = offload_loader::elf::content(data).arch;
+            let arch = match aomp {
+                Some(id) => Arch::parse(sniffed.as_ref().and_then(Arch::vendor), id),
+                None => sniffed.unwrap_or(Arch::None),
+            };
+            let triple = Triple::parse(match arch.vendor() {
+                Some(Vendor::Amd) => "amdgcn-amd-amdhsa",
+                Some(Vendor::Nvidia) => "nvptx64-nvidia-cuda",
+                None => "",
+            });
+            (triple, arch, ImageKind::Object, 0, data)
+        }
     };
-    let triple = Triple::parse(match arch.vendor() {
-        Some(offload_loader::target::Vendor::Amd) => "amdgcn-amd-amdhsa",
-        Some(offload_loader::target::Vendor::Nvidia) => "nvptx64-nvidia-cuda",
-        None => "",
-    });
-    (
-        Image {
-            index,
-            id: bundle_style_id(&OffloadKind::OpenMp, &triple, &arch.to_string()),
-            offload_kind: OffloadKind::OpenMp,
-            triple,
-            arch,
-            image_kind: ImageKind::Object,
-            offset: 0,
-            size: data.len() as u64,
-            compressed: false,
-            content: Some(content),
-        },
-        data,
-    )
+    let image = Image {
+        index,
+        id: bundle_style_id(&OffloadKind::OpenMp, &triple, &arch.to_string()),
+        offload_kind: OffloadKind::OpenMp,
+        triple,
+        arch,
+        image_kind,
+        offset,
+        size: bytes.len() as u64,
+        compressed: false,
+        content: Some(offload_loader::elf::content(bytes)),
+    };
+    (image, bytes)
 }
 
 /// Unregisters a descriptor registered by `__tgt_register_lib`.
