@@ -11,6 +11,11 @@
  * registration with OFFLOAD_LOADER_EAGER=1), and every registered kernel and
  * variable is resolved to its device handle or address.
  *
+ * Registration itself only records: devices are detected, and images
+ * selected, at the first query or lookup. Registration runs in constructors,
+ * and a library being dlopen'ed holds the dynamic loader's lock there, under
+ * which loading driver libraries could not proceed.
+ *
  * Out of scope: launching kernels, allocating or copying memory. This library
  * exports no hipLaunchKernel, hipMalloc or __tgt_target_kernel; the runtime
  * above it uses the query API below to get handles and addresses.

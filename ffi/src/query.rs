@@ -92,7 +92,7 @@ pub extern "C" fn offload_loader_selected_image(
         };
         let Some(selection) = usize::try_from(device)
             .ok()
-            .and_then(|d| lib.selections.get(d))
+            .and_then(|d| lib.selections().get(d))
         else {
             set_last_error(format!("no device {device}"));
             return NOT_FOUND;
@@ -155,12 +155,12 @@ fn lookup(
     };
     let Some(d) = usize::try_from(device)
         .ok()
-        .filter(|&d| d < lib.selections.len())
+        .filter(|&d| d < lib.selections().len())
     else {
         set_last_error(format!("no device {device}"));
         return Err(NOT_FOUND);
     };
-    if lib.selections[d].chosen.is_none() {
+    if lib.selections()[d].chosen.is_none() {
         set_last_error(format!(
             "{}: device {device} has no compatible image for {}",
             lib.origin, symbol.name

@@ -57,6 +57,9 @@ pub(crate) enum SymbolKind {
     Texture,
 }
 
+/// A device's module: loaded once, or the reason it could not be.
+type ModuleCell = OnceCell<Result<Arc<dyn Module>, String>>;
+
 /// One registered library (one fat binary or one OpenMP descriptor).
 pub(crate) struct Library {
     pub id: usize,
@@ -64,13 +67,34 @@ pub(crate) struct Library {
     pub origin: String,
     pub images: Vec<Image>,
     source: Images,
-    /// The selection for each device, by device index.
-    pub selections: Vec<Selection>,
+    runtime: Runtime,
+    /// The selection for each device, by device index: made at first use.
+    selections: OnceCell<Vec<Selection>>,
     pub symbols: Mutex<Vec<Symbol>>,
-    modules: Vec<OnceCell<Result<Arc<dyn Module>, String>>>,
+    /// The module loaded for each device, by device index: made at first use.
+    modules: OnceCell<Vec<ModuleCell>>,
 }
 
 impl Library {
+    /// The selection for each device, made (and reported) the first time it
+    /// is needed. Registration runs in constructors, where a library being
+    /// `dlopen`ed holds the dynamic loader's lock: detecting devices there
+    /// would load driver libraries under that lock, so it waits for first use
+    /// (or `OFFLOAD_LOADER_EAGER=1`).
+    pub(crate) fn selections(&self) -> &[Selection] {
+        self.selections.get_or_init(|| {
+            let policy = Policy {
+                offload_kind: Some(self.runtime.offload_kind()),
+            };
+            let selections: Vec<Selection> = loader::devices()
+                .iter()
+                .map(|d| select(&d.target, &self.images, &policy))
+                .collect();
+            report(self, &selections);
+            selections
+        })
+    }
+
     /// The bytes of image `index`.
     pub(crate) fn image_bytes(
         &self,
@@ -92,13 +116,14 @@ impl Library {
     pub(crate) fn module(&self, device: usize) -> Result<Arc<dyn Module>, String> {
         let cell = self
             .modules
+            .get_or_init(|| loader::devices().iter().map(|_| OnceCell::new()).collect())
             .get(device)
             .ok_or_else(|| format!("no device {device}"))?;
         cell.get_or_init(|| {
-            let selection = &self.selections[device];
+            let selection = &self.selections()[device];
             let index = selection
                 .chosen
-                .ok_or_else(|| self.no_binary_message(device))?;
+                .ok_or_else(|| no_binary_message(self, self.selections(), device))?;
             let bytes = self.image_bytes(index)?;
             loader::load(device, &bytes).map(Arc::from).map_err(|e| {
                 format!(
@@ -109,29 +134,30 @@ impl Library {
         })
         .clone()
     }
+}
 
-    fn no_binary_message(&self, device: usize) -> String {
-        let target = loader::devices()
-            .get(device)
-            .map(|d| d.target.to_string())
-            .unwrap_or_default();
-        let mut why: Vec<String> = self.selections[device]
-            .rejected
-            .iter()
-            .filter(|(i, _)| !self.images[*i].is_host())
-            .map(|(i, r)| format!("[{i}] {}: {r}", self.images[*i].id))
-            .collect();
-        why.truncate(8);
-        format!(
-            "no binary for GPU: device {device} ({target}) has no compatible image in {}; {}",
-            self.origin,
-            if why.is_empty() {
-                "it holds no device image".into()
-            } else {
-                why.join("; ")
-            }
-        )
-    }
+/// HIP's "no binary for GPU", with the reasons of the closest candidates.
+fn no_binary_message(library: &Library, selections: &[Selection], device: usize) -> String {
+    let target = loader::devices()
+        .get(device)
+        .map(|d| d.target.to_string())
+        .unwrap_or_default();
+    let mut why: Vec<String> = selections[device]
+        .rejected
+        .iter()
+        .filter(|(i, _)| !library.images[*i].is_host())
+        .map(|(i, r)| format!("[{i}] {}: {r}", library.images[*i].id))
+        .collect();
+    why.truncate(8);
+    format!(
+        "no binary for GPU: device {device} ({target}) has no compatible image in {}; {}",
+        library.origin,
+        if why.is_empty() {
+            "it holds no device image".into()
+        } else {
+            why.join("; ")
+        }
+    )
 }
 
 static LIBRARIES: Lazy<RwLock<Vec<Option<Arc<Library>>>>> = Lazy::new(Default::default);
@@ -139,22 +165,14 @@ static LIBRARIES: Lazy<RwLock<Vec<Option<Arc<Library>>>>> = Lazy::new(Default::d
 static EAGER: Lazy<bool> =
     Lazy::new(|| std::env::var("OFFLOAD_LOADER_EAGER").is_ok_and(|v| v == "1"));
 
-/// Registers a library: selects an image for every device, reports the outcome,
-/// and loads eagerly if asked. Returns the library's id.
+/// Registers a library and returns its id. Selection and loading wait for
+/// first use, unless `OFFLOAD_LOADER_EAGER=1` asks for them now.
 pub(crate) fn register(
     runtime: Runtime,
     origin: String,
     images: Vec<Image>,
     source: Images,
 ) -> usize {
-    let devices = loader::devices();
-    let policy = Policy {
-        offload_kind: Some(runtime.offload_kind()),
-    };
-    let selections: Vec<Selection> = devices
-        .iter()
-        .map(|d| select(&d.target, &images, &policy))
-        .collect();
     let mut libraries = LIBRARIES.write().unwrap_or_else(|e| e.into_inner());
     let id = libraries.len();
     let library = Arc::new(Library {
@@ -162,15 +180,15 @@ pub(crate) fn register(
         origin,
         images,
         source,
-        selections,
+        runtime,
+        selections: OnceCell::new(),
         symbols: Mutex::new(Vec::new()),
-        modules: devices.iter().map(|_| OnceCell::new()).collect(),
+        modules: OnceCell::new(),
     });
     libraries.push(Some(library.clone()));
     drop(libraries);
-    report(&library);
     if *EAGER {
-        for device in 0..devices.len() {
+        for device in 0..library.selections().len() {
             if let Err(e) = library.module(device) {
                 crate::set_last_error(e);
             }
@@ -180,7 +198,7 @@ pub(crate) fn register(
 }
 
 /// One line per device: what was chosen and why the others lost.
-fn report(library: &Library) {
+fn report(library: &Library, selections: &[Selection]) {
     let devices = loader::devices();
     if devices.is_empty() {
         info::line(&format!(
@@ -191,7 +209,7 @@ fn report(library: &Library) {
         ));
     }
     for (d, device) in devices.iter().enumerate() {
-        let selection = &library.selections[d];
+        let selection = &selections[d];
         let targets_vendor = library
             .images
             .iter()
@@ -218,7 +236,7 @@ fn report(library: &Library) {
                 ));
             }
             None if targets_vendor => {
-                let message = library.no_binary_message(d);
+                let message = no_binary_message(library, selections, d);
                 tracing::warn!("{message}");
                 eprintln!("offload-loader: {message}");
                 crate::set_last_error(message);
@@ -265,8 +283,8 @@ pub(crate) fn add_symbol(id: usize, symbol: Symbol) {
         return;
     };
     if *EAGER {
-        for device in 0..library.selections.len() {
-            if library.selections[device].chosen.is_some() {
+        for device in 0..library.selections().len() {
+            if library.selections()[device].chosen.is_some() {
                 if let Err(e) = resolve(&library, device, &symbol) {
                     crate::set_last_error(e);
                 }
