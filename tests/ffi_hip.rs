@@ -487,6 +487,28 @@ fn libraries_register_from_several_threads_at_once() {
         &extra.iter().map(String::as_str).collect::<Vec<_>>(),
     );
     let args: Vec<&str> = libs.iter().map(String::as_str).collect();
+    // Eager loading from the constructors of dlopen'ed libraries: the driver
+    // library is opened on the registering thread, so detection does not
+    // wait on the loader lock those constructors run under.
+    let start = std::time::Instant::now();
+    let log = dir.join("eager.log");
+    let out = run_fake(&e, &exe, &args, &log, &[("OFFLOAD_LOADER_EAGER", "1")]);
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        out.matches("symbols=2 selected=0 target=gfx90a:xnack-")
+            .count(),
+        4,
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap().lines().count(),
+        8,
+        "4 libraries x 2 devices"
+    );
     for _ in 0..5 {
         let out = run_fake(
             &e,

@@ -107,16 +107,23 @@ impl Api {
 }
 
 /// Detection through the CUDA driver, to run on a detection thread.
+///
+/// The library is opened here, on the calling thread: registration may run in
+/// a constructor of a library being `dlopen`ed, under the dynamic loader's
+/// lock, which only this thread may take again. The returned closure, run on
+/// the detection thread under a time limit, initialises the driver and
+/// enumerates devices.
 pub(crate) fn detect(
     library: Option<PathBuf>,
 ) -> impl FnOnce() -> (Vec<Device>, BackendReport) + Send {
+    let api = Api::open(library).map(Arc::new);
     move || {
         let report = |status, reason| BackendReport {
             backend: Backend::Cuda,
             status,
             reason,
         };
-        match run(library) {
+        match api.map_err(|r| (Status::Unavailable, r)).and_then(run) {
             Ok(devices) => {
                 let n = devices.len();
                 (devices, report(Status::Found(n), None))
@@ -126,9 +133,8 @@ pub(crate) fn detect(
     }
 }
 
-fn run(library: Option<PathBuf>) -> Result<Vec<Device>, (Status, Reason)> {
+fn run(api: Arc<Api>) -> Result<Vec<Device>, (Status, Reason)> {
     let unavailable = |r| (Status::Unavailable, r);
-    let api = Arc::new(Api::open(library).map_err(unavailable)?);
     // SAFETY: `cuInit(0)` is the documented first call; it may be repeated.
     let result = unsafe { (api.init)(0) };
     if result != SUCCESS {

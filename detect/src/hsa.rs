@@ -171,10 +171,17 @@ impl Api {
 }
 
 /// Detection through HSA, to run on a detection thread.
+///
+/// The library is opened here, on the calling thread: registration may run in
+/// a constructor of a library being `dlopen`ed, under the dynamic loader's
+/// lock, which only this thread may take again. The returned closure, run on
+/// the detection thread under a time limit, initialises the driver and
+/// enumerates devices.
 pub(crate) fn detect(
     library: Option<PathBuf>,
 ) -> impl FnOnce() -> (Vec<Device>, BackendReport) + Send {
-    move || match run(library) {
+    let api = Api::open(library).map(Arc::new);
+    move || match api.map_err(|r| (Status::Unavailable, r)).and_then(run) {
         Ok(devices) => {
             let report = BackendReport {
                 backend: Backend::Hsa,
@@ -194,8 +201,7 @@ pub(crate) fn detect(
     }
 }
 
-fn run(library: Option<PathBuf>) -> Result<Vec<Device>, (Status, Reason)> {
-    let api = Arc::new(Api::open(library).map_err(|r| (Status::Unavailable, r))?);
+fn run(api: Arc<Api>) -> Result<Vec<Device>, (Status, Reason)> {
     // SAFETY: `hsa_init` takes no arguments; it may be called more than once
     // (the runtime reference-counts it), and is never shut down here because
     // loaded images need the runtime.

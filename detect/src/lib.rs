@@ -44,7 +44,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use offload_loader::select::DeviceTarget;
-use once_cell::sync::Lazy;
+use once_cell::sync::OnceCell;
 
 pub use driver::{load, DriverError, Module};
 
@@ -256,6 +256,11 @@ pub struct Config {
     pub cuda_visible: Option<String>,
     /// How long one backend may take (`OFFLOAD_LOADER_DETECT_TIMEOUT_MS`, default 10 s).
     pub timeout: Option<Duration>,
+    /// Run each backend on the calling thread, with no time limit. For callers
+    /// inside a constructor of a library being `dlopen`ed: there glibc holds
+    /// the loader's locks, and a new thread touching a loaded library's
+    /// thread-locals would wait for them, so the time-limited thread cannot run.
+    pub in_place: bool,
 }
 
 impl Config {
@@ -283,15 +288,29 @@ impl Config {
             timeout: var("OFFLOAD_LOADER_DETECT_TIMEOUT_MS")
                 .and_then(|v| v.parse().ok())
                 .map(Duration::from_millis),
+            in_place: false,
         }
     }
 }
 
-static DETECTION: Lazy<Detection> = Lazy::new(|| detect_with(&Config::from_env()));
+static DETECTION: OnceCell<Detection> = OnceCell::new();
 
-/// The devices of this process, detected once from the environment.
+/// The devices of this process, detected once from the environment, each
+/// backend on a thread with a time limit.
 pub fn devices() -> &'static Detection {
-    &DETECTION
+    DETECTION.get_or_init(|| detect_with(&Config::from_env()))
+}
+
+/// The same detection as [`devices`], but run on the calling thread without a
+/// time limit if it has not happened yet: for constructors that may run
+/// under the dynamic loader's lock (see [`Config::in_place`]).
+pub fn devices_in_place() -> &'static Detection {
+    DETECTION.get_or_init(|| {
+        detect_with(&Config {
+            in_place: true,
+            ..Config::from_env()
+        })
+    })
 }
 
 /// Detects devices with an explicit configuration.
@@ -312,6 +331,7 @@ pub fn detect_with(config: &Config) -> Detection {
     }
     let timeout = config.timeout.unwrap_or(Duration::from_secs(10));
     let (mut amd, hsa_report) = with_timeout(
+        config.in_place,
         timeout,
         "the HSA runtime",
         Backend::Hsa,
@@ -333,6 +353,7 @@ pub fn detect_with(config: &Config) -> Detection {
     overrides::apply_gfx_overrides(&mut amd, &config.gfx_overrides);
     let amd = overrides::visible(amd, config.amd_visible.as_deref());
     let (nvidia, cuda_report) = with_timeout(
+        config.in_place,
         timeout,
         "the CUDA driver",
         Backend::Cuda,
@@ -351,11 +372,15 @@ pub fn detect_with(config: &Config) -> Detection {
 /// driver that hangs in its initialisation cannot hang the host program (the
 /// thread is left behind; a driver that crashes cannot be contained).
 fn with_timeout(
+    in_place: bool,
     timeout: Duration,
     what: &str,
     backend: Backend,
     run: impl FnOnce() -> (Vec<Device>, BackendReport) + Send + 'static,
 ) -> (Vec<Device>, BackendReport) {
+    if in_place {
+        return run();
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name(format!("offload-detect-{}", backend.name()))

@@ -26,6 +26,12 @@ pub(crate) fn devices() -> &'static [Device] {
     &offload_detect::devices().devices
 }
 
+/// The devices, detected on this thread if not yet done: for registration
+/// inside constructors, which may hold the dynamic loader's lock.
+pub(crate) fn devices_in_place() -> &'static [Device] {
+    &offload_detect::devices_in_place().devices
+}
+
 /// Loads `image` on device `device`.
 pub(crate) fn load(device: usize, image: &[u8]) -> Result<Box<dyn Module>, String> {
     let device = devices()

@@ -188,6 +188,8 @@ pub(crate) fn register(
     libraries.push(Some(library.clone()));
     drop(libraries);
     if *EAGER {
+        // In a constructor: detect without the time-limited thread.
+        loader::devices_in_place();
         for device in 0..library.selections().len() {
             if let Err(e) = library.module(device) {
                 crate::set_last_error(e);
@@ -283,6 +285,8 @@ pub(crate) fn add_symbol(id: usize, symbol: Symbol) {
         return;
     };
     if *EAGER {
+        // In a constructor: detect without the time-limited thread.
+        loader::devices_in_place();
         for device in 0..library.selections().len() {
             if library.selections()[device].chosen.is_some() {
                 if let Err(e) = resolve(&library, device, &symbol) {

@@ -53,8 +53,12 @@ pub fn missing(what: &str, package: &str) {
 fn package_of(name: &str, version: u32) -> String {
     let suffix = match name {
         "clang" => "",
-        "clang-offload-bundler" | "clang-offload-packager" | "offload-arch" | "amdgpu-arch"
-        | "nvptx-arch" | "clang-linker-wrapper" => "tools-",
+        "clang-offload-bundler"
+        | "clang-offload-packager"
+        | "offload-arch"
+        | "amdgpu-arch"
+        | "nvptx-arch"
+        | "clang-linker-wrapper" => "tools-",
         "ld.lld" => return format!("lld-{version}"),
         _ => return format!("llvm-{version}"),
     };
@@ -72,7 +76,10 @@ pub fn tool(name: &str, version: u32) -> Option<PathBuf> {
     if let Some(p) = in_path(&format!("{name}-{version}")) {
         return Some(p);
     }
-    missing(&format!("{name} (LLVM {version})"), &package_of(name, version));
+    missing(
+        &format!("{name} (LLVM {version})"),
+        &package_of(name, version),
+    );
     None
 }
 
@@ -480,7 +487,10 @@ enum Step {
         env: Vec<(String, String)>,
     },
     /// Copy an input file into the build directory.
-    Copy { from: PathBuf, to: String },
+    Copy {
+        from: PathBuf,
+        to: String,
+    },
     /// An empty file.
     Touch(String),
     Mkdir(String),
@@ -547,7 +557,12 @@ fn cuid(name: &str) -> String {
 
 fn compress_env(version: Option<u32>) -> Vec<(String, String)> {
     version
-        .map(|v| vec![("COMPRESSED_BUNDLE_FORMAT_VERSION".to_string(), v.to_string())])
+        .map(|v| {
+            vec![(
+                "COMPRESSED_BUNDLE_FORMAT_VERSION".to_string(),
+                v.to_string(),
+            )]
+        })
         .unwrap_or_default()
 }
 
@@ -675,7 +690,11 @@ impl Toolchain {
                 } else {
                     format!("lib{first}.a")
                 };
-                let kind = if r.output == Output::Object { "obj" } else { "ar" };
+                let kind = if r.output == Output::Object {
+                    "obj"
+                } else {
+                    "ar"
+                };
                 let mut plan = Plan::new(format!("omp{v}-{kind}"), &output);
                 let mut objects = Vec::new();
                 for s in &r.sources {
@@ -794,7 +813,10 @@ impl Toolchain {
             });
             let mut spec = format!("--image=file={name}");
             for (k, v) in &img.keys {
-                assert!(!k.contains([',', '=']) && !v.contains(','), "bad key {k}={v}");
+                assert!(
+                    !k.contains([',', '=']) && !v.contains(','),
+                    "bad key {k}={v}"
+                );
                 write!(spec, ",{k}={v}").unwrap();
             }
             args.push(spec);
@@ -849,7 +871,10 @@ fn cache_root() -> PathBuf {
 /// and the size and modification time of every program run.
 fn plan_key(plan: &Plan) -> String {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
-    fnv(&mut h, format!("schema {CACHE_SCHEMA}\n{plan:?}").as_bytes());
+    fnv(
+        &mut h,
+        format!("schema {CACHE_SCHEMA}\n{plan:?}").as_bytes(),
+    );
     let mut files: Vec<PathBuf> = fs::read_dir(fixtures_dir())
         .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
@@ -966,7 +991,11 @@ fn realize(plan: &Plan) -> PathBuf {
     if fs::rename(&tmp, &dir).is_err() {
         // Another process finished first: use its (identical) build.
         let _ = fs::remove_dir_all(&tmp);
-        assert!(artefact.exists(), "cannot move a build to {}", dir.display());
+        assert!(
+            artefact.exists(),
+            "cannot move a build to {}",
+            dir.display()
+        );
     }
     artefact
 }
@@ -1199,7 +1228,9 @@ impl Toolchain {
                 let bytes = fs::read(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
                 let _ = fs::remove_file(dir.join(name));
                 result.entries.push(ExtractedEntry {
-                    bundle: n.parse().map_err(|_| format!("bad bundle index in {name}"))?,
+                    bundle: n
+                        .parse()
+                        .map_err(|_| format!("bad bundle index in {name}"))?,
                     id: id.to_string(),
                     bytes,
                 });
@@ -1230,7 +1261,11 @@ impl Toolchain {
     /// `llvm-offload-binary <file> --image=file=<tmp>,<k>=<v>...`: the bytes
     /// of the image matching the keys (e.g. `[("arch", "gfx90a")]`). Works on
     /// raw offload binaries and on ELF files with `.llvm.offloading`.
-    pub fn offload_binary_extract(&self, file: &Path, keys: &[(&str, &str)]) -> Result<Vec<u8>, String> {
+    pub fn offload_binary_extract(
+        &self,
+        file: &Path,
+        keys: &[(&str, &str)],
+    ) -> Result<Vec<u8>, String> {
         let dir = temp_dir();
         let out = dir.join("image");
         let mut spec = format!("--image=file={}", out.display());
@@ -1313,7 +1348,9 @@ pub fn roc_obj_ls(file: &Path) -> Option<Result<Vec<RocObjEntry>, String>> {
         missing("objdump (GNU, used by roc-obj-ls)", "binutils");
         return None;
     }
-    Some(parse_roc_obj_ls(run_tool(Command::new(tool).arg("-v").arg(file))))
+    Some(parse_roc_obj_ls(run_tool(
+        Command::new(tool).arg("-v").arg(file),
+    )))
 }
 
 fn parse_roc_obj_ls(out: Result<std::process::Output, String>) -> Result<Vec<RocObjEntry>, String> {

@@ -1,0 +1,568 @@
+//! Builds every fixture recipe of `tests/support` once and checks that the
+//! reference tools say what the recipe asked for. This proves the support
+//! library; other test files compare the loader's parsers against it.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use support::{Bundle, CodeObject, Hip, OpenMp, Output, Package, Ptx, Toolchain};
+
+const ARCHS: &[&str] = &[
+    "gfx90a:xnack+",
+    "gfx90a:xnack-",
+    "gfx906",
+    "gfx1100",
+    "gfx11-generic",
+];
+const HOST_22: &str = "host-x86_64-unknown-linux-gnu-";
+const BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
+const OFFLOAD_MAGIC: &[u8] = &[0x10, 0xff, 0x10, 0xad];
+const ELF_MAGIC: &[u8] = b"\x7fELF";
+const SHT_LLVM_OFFLOADING: u32 = 0x6fff_4c0b;
+
+fn set<I: IntoIterator<Item = S>, S: Into<String>>(items: I) -> BTreeSet<String> {
+    items.into_iter().map(Into::into).collect()
+}
+
+fn device_ids(kind: &str, archs: &[&str]) -> BTreeSet<String> {
+    set(archs
+        .iter()
+        .map(|a| format!("{kind}-amdgcn-amd-amdhsa--{a}")))
+}
+
+fn with_host(mut ids: BTreeSet<String>, host: &str) -> BTreeSet<String> {
+    ids.insert(host.into());
+    ids
+}
+
+/// The `.hip_fatbin` of `file` as a scratch file, with its section header.
+fn fatbin(tc: &Toolchain, file: &Path) -> (support::Section, Vec<u8>) {
+    let s = tc
+        .section(file, ".hip_fatbin")
+        .unwrap_or_else(|| panic!("{} has no .hip_fatbin", file.display()));
+    let bytes = tc.section_bytes(file, ".hip_fatbin").unwrap();
+    (s, bytes)
+}
+
+#[test]
+fn hip_object_bundle_lists_the_requested_archs() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let obj = tc.build(Hip::new(ARCHS));
+    let (section, bytes) = fatbin(&tc, &obj);
+    assert_eq!(section.align, 4096);
+    assert!(bytes.starts_with(BUNDLE_MAGIC));
+    let file = support::temp_file(&bytes);
+    let listed = tc.bundler_list(&file).unwrap();
+    assert_eq!(set(listed), with_host(device_ids("hipv4", ARCHS), HOST_22));
+
+    // llvm-objdump extracts the same entries as clang-offload-bundler.
+    let dump = tc.objdump_offloading(&obj).unwrap();
+    assert!(dump.images.is_empty());
+    assert_eq!(dump.entries.len(), ARCHS.len() + 1);
+    for entry in &dump.entries {
+        assert_eq!(entry.bundle, 0);
+        if entry.id == HOST_22 {
+            assert!(entry.bytes.is_empty());
+            continue;
+        }
+        assert!(entry.bytes.starts_with(ELF_MAGIC), "{}", entry.id);
+        assert_eq!(tc.unbundle(&file, &entry.id).unwrap(), entry.bytes);
+    }
+    // HIP writes the host entry first, then the device entries sorted by
+    // target ID, each at a 4096-byte boundary.
+    assert_eq!(support::le64(&bytes, 24), ARCHS.len() as u64 + 1);
+    assert_eq!(&bytes[56..56 + HOST_22.len()], HOST_22.as_bytes());
+    assert_eq!(support::le64(&bytes, 32) % 4096, 0);
+}
+
+#[test]
+fn target_ids_are_canonicalised() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let obj = tc.build(Hip::new(&[
+        "gfx90a:xnack-:sramecc+",
+        "gfx906:xnack+",
+        "gfx942",
+    ]));
+    let file = support::temp_file(&fatbin(&tc, &obj).1);
+    assert_eq!(
+        set(tc.bundler_list(&file).unwrap()),
+        with_host(
+            device_ids(
+                "hipv4",
+                &["gfx90a:sramecc+:xnack-", "gfx906:xnack+", "gfx942"]
+            ),
+            HOST_22
+        )
+    );
+}
+
+#[test]
+fn hip_compressed_bundles_have_the_expected_ccob_header() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let plain = tc.build(Hip::new(ARCHS));
+    let plain = support::temp_file(&fatbin(&tc, &plain).1);
+    for (recipe, version) in [
+        (Hip::new(ARCHS).compress(), 3u16),
+        (Hip::new(ARCHS).compress_version(2), 2),
+        (Hip::new(ARCHS).compress_version(3).compression_level(19), 3),
+    ] {
+        let obj = tc.build(recipe);
+        let (section, bytes) = fatbin(&tc, &obj);
+        assert_eq!(&bytes[..4], b"CCOB");
+        assert_eq!(support::le16(&bytes, 4), version);
+        assert_eq!(support::le16(&bytes, 6), 1, "zstd");
+        let total = if version == 3 {
+            support::le64(&bytes, 8)
+        } else {
+            u64::from(support::le32(&bytes, 8))
+        };
+        assert_eq!(total, section.size);
+        let file = support::temp_file(&bytes);
+        assert_eq!(
+            set(tc.bundler_list(&file).unwrap()),
+            with_host(device_ids("hipv4", ARCHS), HOST_22)
+        );
+        // Compression does not change the code objects.
+        let id = "hipv4-amdgcn-amd-amdhsa--gfx906";
+        assert_eq!(
+            tc.unbundle(&file, id).unwrap(),
+            tc.unbundle(&plain, id).unwrap()
+        );
+    }
+}
+
+#[test]
+fn clang_19_writes_ccob_v2_and_another_host_id() {
+    let Some(tc19) = support::toolchain_19() else {
+        return;
+    };
+    let Some(tc22) = support::toolchain() else {
+        return;
+    };
+    // clang-19 accepts generic targets only with code object v6.
+    let archs = &["gfx90a:xnack+", "gfx906", "gfx1100"];
+    let host_19 = "host-x86_64-unknown-linux--";
+    let plain = tc19.build(Hip::new(archs));
+    let plain_file = support::temp_file(&fatbin(&tc19, &plain).1);
+    let expected = with_host(device_ids("hipv4", archs), host_19);
+    assert_eq!(set(tc19.bundler_list(&plain_file).unwrap()), expected);
+
+    let obj = tc19.build(Hip::new(archs).compress_version(3));
+    let (_, bytes) = fatbin(&tc19, &obj);
+    assert_eq!(&bytes[..4], b"CCOB");
+    assert_eq!(
+        support::le16(&bytes, 4),
+        2,
+        "clang-19 ignores the version variable"
+    );
+    assert_eq!(support::le16(&bytes, 6), 1, "zstd");
+    let file = support::temp_file(&bytes);
+    assert_eq!(set(tc19.bundler_list(&file).unwrap()), expected);
+    assert_eq!(set(tc22.bundler_list(&file).unwrap()), expected);
+
+    // LLVM 19's new driver writes the legacy 32-byte entry tables.
+    let exe = tc19.build(Hip::new(archs).new_driver().rdc().executable());
+    assert!(tc19.section(&exe, "hip_offloading_entries").is_some());
+    assert_eq!(fatbin(&tc19, &exe).0.align, 16);
+    let obj = tc19.build(OpenMp::new(&["gfx90a"]));
+    assert!(tc19.section(&obj, "omp_offloading_entries").is_some());
+    assert!(tc19
+        .section_bytes(&obj, ".llvm.offloading")
+        .unwrap()
+        .starts_with(OFFLOAD_MAGIC));
+
+    let generic = tc19.build(Hip::new(&["gfx11-generic"]).arg("-mcode-object-version=6"));
+    let generic = support::temp_file(&fatbin(&tc19, &generic).1);
+    assert!(tc19
+        .bundler_list(&generic)
+        .unwrap()
+        .contains(&"hipv4-amdgcn-amd-amdhsa--gfx11-generic".to_string()));
+}
+
+#[test]
+fn hip_shared_library_has_one_bundle_per_translation_unit() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let archs = &["gfx90a:xnack+", "gfx906"];
+    let lib = tc.build(Hip::new(archs).two_sources().shared_library());
+    let (section, _) = fatbin(&tc, &lib);
+    let dump = tc.objdump_offloading(&lib).unwrap();
+    let bundles: BTreeSet<usize> = dump.entries.iter().map(|e| e.bundle).collect();
+    assert_eq!(bundles, BTreeSet::from([0, 1]));
+    assert_eq!(dump.entries.len(), 6);
+
+    let Some(listing) = support::roc_obj_ls(&lib) else {
+        return;
+    };
+    let listing = listing.unwrap();
+    assert_eq!(listing.len(), 6);
+    for e in &listing {
+        assert!(e.offset >= section.offset && e.offset + e.size <= section.offset + section.size);
+        let extracted = dump
+            .entries
+            .iter()
+            .find(|d| d.bundle + 1 == e.bundle && d.id == e.id)
+            .unwrap_or_else(|| panic!("objdump has no {e:?}"));
+        assert_eq!(support::read_range(&lib, e.offset, e.size), extracted.bytes);
+    }
+    // Each translation unit's bundle starts at a 4096-byte boundary.
+    let second = listing.iter().find(|e| e.bundle == 2).unwrap();
+    assert_eq!((second.offset - section.offset) % 4096, 0);
+
+    // Compressed: one CCOB per translation unit, roc-obj-ls sees nothing.
+    let lib = tc.build(Hip::new(archs).two_sources().shared_library().compress());
+    let (_, bytes) = fatbin(&tc, &lib);
+    assert_eq!(&bytes[..4], b"CCOB");
+    assert_eq!(&bytes[4096..4100], b"CCOB");
+    let dump = tc.objdump_offloading(&lib).unwrap();
+    assert_eq!(dump.entries.len(), 6);
+    assert!(support::roc_obj_ls(&lib).unwrap().unwrap().is_empty());
+}
+
+#[test]
+fn hip_executables_old_driver() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let archs = &["gfx90a:xnack+", "gfx906"];
+    let exe = tc.build(Hip::new(archs).executable());
+    let (section, bytes) = fatbin(&tc, &exe);
+    assert_eq!(section.align, 4096);
+    assert!(tc.section(&exe, ".hipFatBinSegment").is_some());
+    let file = support::temp_file(&bytes);
+    assert_eq!(
+        set(tc.bundler_list(&file).unwrap()),
+        with_host(device_ids("hipv4", archs), HOST_22)
+    );
+    // The stubs make it a program that runs.
+    assert!(std::process::Command::new(&exe).status().unwrap().success());
+
+    // RDC: device code linked at link time, still a hipv4 bundle.
+    let exe = tc.build(Hip::new(archs).rdc().executable());
+    assert!(tc.section(&exe, ".hip_gpubin_handle").is_some());
+    let file = support::temp_file(&fatbin(&tc, &exe).1);
+    assert_eq!(
+        set(tc.bundler_list(&file).unwrap()),
+        with_host(device_ids("hipv4", archs), HOST_22)
+    );
+    let obj = tc.build(Hip::new(archs).rdc());
+    assert!(tc.section(&obj, ".hip_fatbin").is_none());
+    assert!(tc
+        .section(
+            &obj,
+            "__CLANG_OFFLOAD_BUNDLE__hip-amdgcn-amd-amdhsa--gfx906"
+        )
+        .is_some());
+
+    let exe = tc.build(Hip::new(archs).rdc().executable().compress());
+    assert_eq!(&fatbin(&tc, &exe).1[..4], b"CCOB");
+}
+
+#[test]
+fn hip_new_driver() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let archs = &["gfx90a:xnack+", "gfx906", "gfx11-generic"];
+    // Without RDC the device code is linked at compile time: a `hip-` bundle.
+    let obj = tc.build(Hip::new(archs).new_driver());
+    let (section, bytes) = fatbin(&tc, &obj);
+    assert_eq!(section.align, 4096);
+    let file = support::temp_file(&bytes);
+    assert_eq!(
+        set(tc.bundler_list(&file).unwrap()),
+        with_host(device_ids("hip", archs), HOST_22)
+    );
+
+    // With RDC the object carries bitcode in offload binaries.
+    let obj = tc.build(Hip::new(archs).new_driver().rdc());
+    assert!(tc.section(&obj, ".hip_fatbin").is_none());
+    let s = tc.section(&obj, ".llvm.offloading").unwrap();
+    assert_eq!(s.kind, SHT_LLVM_OFFLOADING);
+    let bytes = tc.section_bytes(&obj, ".llvm.offloading").unwrap();
+    assert!(bytes.starts_with(OFFLOAD_MAGIC));
+    assert_eq!(support::le32(&bytes, 4), 1);
+    let dump = tc.objdump_offloading(&obj).unwrap();
+    assert!(dump.entries.is_empty());
+    assert_eq!(
+        set(dump.images.iter().map(|i| i.arch.clone())),
+        set(archs.iter().copied())
+    );
+    for image in &dump.images {
+        assert_eq!(
+            (
+                image.kind.as_str(),
+                image.triple.as_str(),
+                image.producer.as_str()
+            ),
+            ("llvm ir", "amdgcn-amd-amdhsa", "hip")
+        );
+    }
+    assert!(tc.section(&obj, "llvm_offload_entries").is_some());
+
+    // Linked: a `hip-` bundle in a 16-aligned .hip_fatbin, new entry table.
+    let exe = tc.build(Hip::new(archs).new_driver().rdc().executable());
+    let (section, bytes) = fatbin(&tc, &exe);
+    assert_eq!(section.align, 16);
+    let file = support::temp_file(&bytes);
+    assert_eq!(
+        set(tc.bundler_list(&file).unwrap()),
+        with_host(device_ids("hip", archs), HOST_22)
+    );
+    assert!(tc.section(&exe, "llvm_offload_entries").is_some());
+    let lib = tc.build(
+        Hip::new(archs)
+            .new_driver()
+            .rdc()
+            .shared_library()
+            .compress(),
+    );
+    assert_eq!(&fatbin(&tc, &lib).1[..4], b"CCOB");
+}
+
+#[test]
+fn openmp_objects_archives_and_programs() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let archs = &["gfx90a", "gfx1100"];
+    let check = |file: &Path, kind: &str| {
+        let dump = tc.objdump_offloading(file).unwrap();
+        assert_eq!(
+            set(dump.images.iter().map(|i| i.arch.clone())),
+            set(archs.iter().copied())
+        );
+        for image in &dump.images {
+            assert_eq!(
+                (
+                    image.kind.as_str(),
+                    image.triple.as_str(),
+                    image.producer.as_str()
+                ),
+                (kind, "amdgcn-amd-amdhsa", "openmp")
+            );
+        }
+        dump
+    };
+    let obj = tc.build(OpenMp::new(archs));
+    let bytes = tc.section_bytes(&obj, ".llvm.offloading").unwrap();
+    assert!(bytes.starts_with(OFFLOAD_MAGIC));
+    check(&obj, "llvm ir");
+
+    let archive = tc.build(OpenMp::new(archs).output(Output::Archive));
+    let dump = check(&archive, "llvm ir");
+    assert!(
+        dump.images[0].file.ends_with("(omp_kernels.o)"),
+        "{:?}",
+        dump.images[0]
+    );
+
+    let exe = tc.build(OpenMp::new(archs).output(Output::Executable));
+    let s = tc.section(&exe, ".llvm.offloading").unwrap();
+    assert_eq!(s.kind, SHT_LLVM_OFFLOADING);
+    check(&exe, "elf");
+    let image = tc
+        .offload_binary_extract(&exe, &[("arch", "gfx1100")])
+        .unwrap();
+    assert!(image.starts_with(ELF_MAGIC));
+    assert!(std::process::Command::new(&exe).status().unwrap().success());
+
+    let obj = tc.build(OpenMp::new(&["gfx90a", "sm_80"]));
+    let dump = tc.objdump_offloading(&obj).unwrap();
+    let triples = set(dump
+        .images
+        .iter()
+        .map(|i| format!("{} {} {}", i.triple, i.arch, i.kind)));
+    assert_eq!(
+        triples,
+        set([
+            "amdgcn-amd-amdhsa gfx90a llvm ir",
+            "nvptx64-nvidia-cuda sm_80 llvm ir"
+        ])
+    );
+}
+
+#[test]
+fn offload_binary_packages() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let ptx = tc.build(Ptx::new("sm_80"));
+    let text = std::fs::read_to_string(&ptx).unwrap();
+    assert!(text.contains(".target sm_80") && text.contains(".entry ptx_add"));
+    let co = tc.build(CodeObject::new("gfx90a:xnack+"));
+    assert!(std::fs::read(&co).unwrap().starts_with(ELF_MAGIC));
+    let pkg = tc.build(
+        Package::new()
+            .image(
+                &ptx,
+                "s",
+                &[
+                    ("triple", "nvptx64-nvidia-cuda"),
+                    ("arch", "sm_80"),
+                    ("kind", "cuda"),
+                ],
+            )
+            .image(
+                &co,
+                "o",
+                &[
+                    ("triple", "amdgcn-amd-amdhsa"),
+                    ("arch", "gfx90a:xnack+"),
+                    ("kind", "hip"),
+                    ("feature", "+xnack"),
+                ],
+            ),
+    );
+    let bytes = std::fs::read(&pkg).unwrap();
+    assert!(bytes.starts_with(OFFLOAD_MAGIC));
+    assert_eq!(support::le32(&bytes, 4), 1);
+    let dump = tc.objdump_offloading(&pkg).unwrap();
+    let seen: Vec<_> = dump
+        .images
+        .iter()
+        .map(|i| format!("{} {} {} {}", i.kind, i.arch, i.triple, i.producer))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "ptx sm_80 nvptx64-nvidia-cuda cuda",
+            "elf gfx90a:xnack+ amdgcn-amd-amdhsa hip"
+        ]
+    );
+    let extracted = tc
+        .offload_binary_extract(&pkg, &[("arch", "sm_80")])
+        .unwrap();
+    assert_eq!(extracted, std::fs::read(&ptx).unwrap());
+    let extracted = tc
+        .offload_binary_extract(&pkg, &[("triple", "amdgcn-amd-amdhsa")])
+        .unwrap();
+    assert_eq!(extracted, std::fs::read(&co).unwrap());
+}
+
+#[test]
+fn raw_bundles() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let a = tc.build(CodeObject::new("gfx90a:xnack+"));
+    let b = tc.build(CodeObject::new("gfx906"));
+    let id_a = "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+";
+    let id_b = "hipv4-amdgcn-amd-amdhsa--gfx906";
+    let two = || Bundle::new().host().entry(id_a, &a).entry(id_b, &b);
+    let expected = set([HOST_22, id_a, id_b]);
+
+    let plain = tc.build(two());
+    let bytes = std::fs::read(&plain).unwrap();
+    assert!(bytes.starts_with(BUNDLE_MAGIC));
+    assert_eq!(support::le64(&bytes, 24), 3);
+    assert_eq!(&bytes[56..56 + HOST_22.len()], HOST_22.as_bytes());
+    assert_eq!(set(tc.bundler_list(&plain).unwrap()), expected);
+    assert_eq!(
+        tc.unbundle(&plain, id_a).unwrap(),
+        std::fs::read(&a).unwrap()
+    );
+
+    let aligned = tc.build(two().align(4096));
+    let bytes = std::fs::read(&aligned).unwrap();
+    assert_eq!(support::le64(&bytes, 32) % 4096, 0);
+    assert_eq!(
+        tc.unbundle(&aligned, id_b).unwrap(),
+        std::fs::read(&b).unwrap()
+    );
+
+    for (recipe, version) in [(two().compress(), 3u16), (two().compress_version(2), 2)] {
+        let file = tc.build(recipe);
+        let bytes = std::fs::read(&file).unwrap();
+        assert_eq!(
+            (&bytes[..4], support::le16(&bytes, 4)),
+            (&b"CCOB"[..], version)
+        );
+        assert_eq!(set(tc.bundler_list(&file).unwrap()), expected);
+    }
+
+    let no_host = tc.build(Bundle::new().entry(id_a, &a).entry(id_b, &b));
+    let bytes = std::fs::read(&no_host).unwrap();
+    assert_eq!(support::le64(&bytes, 24), 2);
+    assert_eq!(set(tc.bundler_list(&no_host).unwrap()), set([id_a, id_b]));
+
+    // Other kinds and triples are written as given, NVPTX triples normalised.
+    let mixed = tc.build(
+        Bundle::new()
+            .host()
+            .entry("openmp-amdgcn-amd-amdhsa--gfx90a", &a)
+            .entry("hip-nvptx64-nvidia-cuda--sm_80", &b),
+    );
+    assert_eq!(
+        set(tc.bundler_list(&mixed).unwrap()),
+        set([
+            HOST_22,
+            "openmp-amdgcn-amd-amdhsa--gfx90a",
+            "hip-nvptx64-nvidia-cuda-unknown-sm_80"
+        ])
+    );
+
+    let Some(tc19) = support::toolchain_19() else {
+        return;
+    };
+    let file = tc19.build(two().compress());
+    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(support::le16(&bytes, 4), 2);
+    assert_eq!(set(tc.bundler_list(&file).unwrap()), expected);
+}
+
+#[test]
+fn rocsparse_listed_by_roc_obj_ls() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let Some(lib) = support::rocsparse() else {
+        return;
+    };
+    let start = std::time::Instant::now();
+    let Some(listing) = support::roc_obj_ls(&lib) else {
+        return;
+    };
+    let listing = listing.unwrap();
+    eprintln!("roc-obj-ls on librocsparse: {:?}", start.elapsed());
+    let section = tc.section(&lib, ".hip_fatbin").unwrap();
+    let bundles = listing.iter().map(|e| e.bundle).max().unwrap();
+    assert!(bundles > 100, "{bundles} bundles");
+    assert_eq!(
+        listing.iter().filter(|e| e.id.starts_with("host-")).count(),
+        bundles
+    );
+    assert!(listing
+        .iter()
+        .any(|e| e.id == "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"));
+    for e in &listing {
+        assert!(e.offset >= section.offset && e.offset + e.size <= section.offset + section.size);
+        if e.size > 0 {
+            assert_eq!(support::read_range(&lib, e.offset, 4), ELF_MAGIC, "{e:?}");
+        }
+    }
+}
+
+#[test]
+fn concurrent_builds_share_one_artefact() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let paths: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| tc.build(CodeObject::new("gfx1030"))))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(paths.windows(2).all(|w| w[0] == w[1]));
+    assert!(std::fs::read(&paths[0]).unwrap().starts_with(ELF_MAGIC));
+}
