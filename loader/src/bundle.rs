@@ -285,6 +285,26 @@ mod tests {
     }
 
     #[test]
+    fn bundle_without_host_entry() {
+        // HIP bundles may carry device entries only.
+        let data = build(
+            &[
+                ("hip-amdgcn-amd-amdhsa--gfx90a", b"CODE"),
+                ("hip-amdgcn-amd-amdhsa--gfx1100", b"MORE"),
+            ],
+            4096,
+        );
+        let b = Bundle::parse(&data).unwrap();
+        assert_eq!(b.entries().len(), 2);
+        assert!(b
+            .entries()
+            .iter()
+            .all(|e| BundleId::parse(e.id).kind == OffloadKind::Hip));
+        assert_eq!(b.code_object(&b.entries()[1]).unwrap(), b"MORE");
+        assert_eq!(b.entries()[0].offset % 4096, 0);
+    }
+
+    #[test]
     fn rejects_bad_tables() {
         let data = build(&[("hip-amdgcn-amd-amdhsa--gfx906", b"XXXX")], 8);
         for cut in [0, 10, 24, 31, 40, 60] {
