@@ -95,12 +95,10 @@ fn main() -> ExitCode {
                 }
             }
         });
-        // With --deps/--pid, libraries without offload code are left out.
-        let plain = object.containers.is_empty()
-            && (object.error.is_none()
-                || object.error.as_deref().is_some_and(|e| {
-                    e.ends_with("not an ELF file, an archive or an offload container")
-                }));
+        // With --deps/--pid, objects without offload code are left out
+        // (shared libraries, and mapped files that are not ELF at all).
+        let plain =
+            object.containers.is_empty() && (object.error.is_none() || object.not_offload_format);
         if skip_plain && plain && !args.paths.contains(path) {
             continue;
         }

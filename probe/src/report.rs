@@ -6,6 +6,7 @@ use std::path::Path;
 use offload_loader::compressed::Limits;
 use offload_loader::container::{Code, Container, Image};
 use offload_loader::discover::file::MappedFile;
+use offload_loader::discover::FileErrorKind;
 use offload_loader::select::{DeviceTarget, Policy, Selection};
 use serde::Serialize;
 
@@ -58,6 +59,9 @@ pub struct Report {
 #[derive(Debug, Serialize)]
 pub struct ObjectReport {
     pub path: String,
+    /// The file is not one that can hold offload code (not ELF, archive or container).
+    #[serde(skip)]
+    pub not_offload_format: bool,
     /// Set when the file could not be read or parsed at all.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -139,6 +143,7 @@ pub fn inspect(
 ) -> ObjectReport {
     let mut report = ObjectReport {
         path: path.display().to_string(),
+        not_offload_format: false,
         error: None,
         containers: Vec::new(),
     };
@@ -152,6 +157,7 @@ pub fn inspect(
     let sections = match file.containers(limits) {
         Ok(s) => s,
         Err(e) => {
+            report.not_offload_format = matches!(e.kind, FileErrorKind::Unrecognised);
             report.error = Some(e.to_string());
             return report;
         }
