@@ -120,10 +120,17 @@ fn register(desc: u64) -> Result<(), String> {
         let table = EntryTable::parse(data).map_err(|e| format!("{origin}: host entries: {e}"))?;
         for entry in table.iter() {
             let entry = entry.map_err(|e| format!("{origin}: host entries: {e}"))?;
+            // llvm_offload_entries is shared by every runtime: as libomptarget
+            // does, take only OpenMP's (legacy entries carry no kind).
+            if entry.runtime().is_some_and(|r| r != OffloadKind::OpenMp) {
+                continue;
+            }
             let kind = match EntryKind::of(&entry, &OffloadKind::OpenMp) {
                 EntryKind::Kernel => SymbolKind::Kernel,
-                EntryKind::Requires | EntryKind::Indirect | EntryKind::Vtable => continue,
-                _ => SymbolKind::Variable { size: entry.size },
+                EntryKind::Global | EntryKind::Link => SymbolKind::Variable { size: entry.size },
+                // Requirements, indirect functions, vtables, ctors/dtors and
+                // unknown flags name nothing to resolve.
+                _ => continue,
             };
             let Some(name) = c_string(entry.name) else {
                 set_last_error(format!(
