@@ -1,10 +1,10 @@
 //! The Rust example, built by `cargo test`, run on the real rocSPARSE library.
 
-mod common;
+mod support;
 
 use std::process::Command;
 
-use common::*;
+use support::*;
 
 #[test]
 fn list_and_select_example_runs() {

@@ -1,12 +1,12 @@
 //! HIP programs compiled by clang-22, linked with liboffload_loader, run under
 //! the test-double drivers and under OFFLOAD_LOADER_DEVICES.
 
-mod common;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use support::*;
 
 struct Env {
     clang: PathBuf,
@@ -17,7 +17,7 @@ struct Env {
 
 fn env() -> Option<Env> {
     Some(Env {
-        clang: tool("clang-22", "clang-22")?,
+        clang: tool("clang", 22)?,
         fake: built("liboffload_test_drivers.so")?,
         build: {
             built("liboffload_loader.so")?;
@@ -152,10 +152,10 @@ fn eager_loading_and_the_loaded_bytes_are_the_selected_image() {
     assert_eq!(loads.lines().count(), 2, "{loads}");
     // The bytes loaded on gfx90a are exactly the gfx90a:xnack- image of the
     // executable's bundle, as clang-offload-bundler extracts it.
-    let Some(bundler) = tool("clang-offload-bundler", "clang-tools-22") else {
+    let Some(bundler) = tool("clang-offload-bundler", 22) else {
         return;
     };
-    let Some(objcopy) = tool("llvm-objcopy", "llvm-22") else {
+    let Some(objcopy) = tool("llvm-objcopy", 22) else {
         return;
     };
     let fatbin = dir.join("fatbin");
@@ -363,7 +363,7 @@ fn never_aborts_the_host() {
 #[test]
 fn nothing_leaks_under_valgrind() {
     let Some(e) = env() else { return };
-    let Some(valgrind) = tool("valgrind", "valgrind") else {
+    let Some(valgrind) = system_tool("valgrind", "valgrind") else {
         return;
     };
     let dir = scratch("hip-valgrind");

@@ -1,16 +1,16 @@
 //! OpenMP offload programs compiled by clang-22 (`-fopenmp --offload-arch`),
 //! registered through `__tgt_register_lib` by the library.
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use support::*;
 
 #[test]
 fn openmp_program_registers_images_and_entries() {
-    let Some(clang) = tool("clang-22", "clang-22") else {
+    let Some(clang) = tool("clang", 22) else {
         return;
     };
     let (Some(lib), Some(fake)) = (

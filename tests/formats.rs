@@ -2,17 +2,17 @@
 //! tools: `clang-offload-bundler -list` / `-unbundle`, `llvm-objdump
 //! --offloading`, `llvm-offload-binary`, and `llvm-readelf` for ELF headers.
 
-mod common;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
 use offload_loader_workspace::loader::compressed::{Limits, Method};
 use offload_loader_workspace::loader::container::{self, Code, Container, Format};
 use offload_loader_workspace::loader::discover::file::MappedFile;
 use offload_loader_workspace::loader::offload_binary::ImageKind;
 use offload_loader_workspace::loader::select::{DeviceTarget, Policy};
+use support::*;
 
 const KERNEL: &str = "typedef struct { unsigned x, y, z; } dim3;
 extern \"C\" int hipLaunchKernel(const void *, dim3, dim3, void **, unsigned long, void *);
@@ -32,25 +32,23 @@ const ARCHS: &[&str] = &[
 
 /// Compiles the kernel as HIP with `clang` and returns the object's `.hip_fatbin`.
 fn hip_fatbin(
-    clang: &str,
-    package: &str,
+    clang: u32,
     name: &str,
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Option<(PathBuf, Vec<u8>)> {
-    hip_fatbin_for(ARCHS, clang, package, name, extra, env)
+    hip_fatbin_for(ARCHS, clang, name, extra, env)
 }
 
 fn hip_fatbin_for(
     archs: &[&str],
-    clang: &str,
-    package: &str,
+    clang: u32,
     name: &str,
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Option<(PathBuf, Vec<u8>)> {
-    let clang = tool(clang, package)?;
-    let objcopy = tool("llvm-objcopy", "llvm-22")?;
+    let clang = tool("clang", clang)?;
+    let objcopy = tool("llvm-objcopy", 22)?;
     let dir = scratch(&format!("formats-{name}"));
     let src = dir.join("k.hip");
     std::fs::write(&src, KERNEL).unwrap();
@@ -79,7 +77,7 @@ fn hip_fatbin_for(
 
 /// `clang-offload-bundler -list` of a raw bundle or CCOB file.
 fn bundler_list(file: &Path) -> Option<Vec<String>> {
-    let bundler = tool("clang-offload-bundler", "clang-tools-22")?;
+    let bundler = tool("clang-offload-bundler", 22)?;
     let out = run_ok(
         Command::new(bundler)
             .args(["-list", "-type=o"])
@@ -96,7 +94,7 @@ fn bundler_list(file: &Path) -> Option<Vec<String>> {
 
 /// `clang-offload-bundler -unbundle` of one ID.
 fn bundler_extract(file: &Path, id: &str) -> Option<Vec<u8>> {
-    let bundler = tool("clang-offload-bundler", "clang-tools-22")?;
+    let bundler = tool("clang-offload-bundler", 22)?;
     let out = file.with_extension(id.replace([':', '-'], "_"));
     run_ok(Command::new(bundler).args(["-unbundle", "-type=o"]).args([
         format!("-targets={id}"),
@@ -137,7 +135,7 @@ fn same_as_bundler<'a>(file: &Path, data: &'a [u8], format: Format) -> Container
 
 #[test]
 fn clang_22_bundle() {
-    let Some((file, data)) = hip_fatbin("clang-22", "clang-22", "plain", &[], &[]) else {
+    let Some((file, data)) = hip_fatbin(22, "plain", &[], &[]) else {
         return;
     };
     let c = same_as_bundler(&file, &data, Format::Bundle);
@@ -146,13 +144,7 @@ fn clang_22_bundle() {
 
 #[test]
 fn clang_22_compressed_bundle_v3_zstd() {
-    let Some((file, data)) = hip_fatbin(
-        "clang-22",
-        "clang-22",
-        "ccob3",
-        &["--offload-compress"],
-        &[],
-    ) else {
+    let Some((file, data)) = hip_fatbin(22, "ccob3", &["--offload-compress"], &[]) else {
         return;
     };
     let c = same_as_bundler(&file, &data, Format::CompressedBundle);
@@ -163,8 +155,7 @@ fn clang_22_compressed_bundle_v3_zstd() {
 #[test]
 fn clang_22_compressed_bundle_v2_on_request() {
     let Some((file, data)) = hip_fatbin(
-        "clang-22",
-        "clang-22",
+        22,
         "ccob2",
         &["--offload-compress"],
         &[("COMPRESSED_BUNDLE_FORMAT_VERSION", "2")],
@@ -177,19 +168,13 @@ fn clang_22_compressed_bundle_v2_on_request() {
 
 #[test]
 fn clang_19_compressed_bundle_v2() {
-    if tool("ld.lld-19", "lld-19").is_none() {
+    if tool("ld.lld", 19).is_none() {
         return;
     }
     // clang-19 writes code object v5 by default, which has no generic targets.
     let archs = &ARCHS[..5];
-    let Some((file, data)) = hip_fatbin_for(
-        archs,
-        "clang-19",
-        "clang-19",
-        "clang19",
-        &["--offload-compress"],
-        &[],
-    ) else {
+    let Some((file, data)) = hip_fatbin_for(archs, 19, "clang19", &["--offload-compress"], &[])
+    else {
         return;
     };
     let c = same_as_bundler(&file, &data, Format::CompressedBundle);
@@ -198,7 +183,7 @@ fn clang_19_compressed_bundle_v2() {
 
 #[test]
 fn code_object_headers_match_the_bundle_ids_and_llvm_readelf() {
-    let Some((_, data)) = hip_fatbin("clang-22", "clang-22", "headers", &[], &[]) else {
+    let Some((_, data)) = hip_fatbin(22, "headers", &[], &[]) else {
         return;
     };
     let mut c = Container::parse(&data, &Limits::default()).unwrap();
@@ -228,7 +213,7 @@ fn code_object_headers_match_the_bundle_ids_and_llvm_readelf() {
 
 #[test]
 fn selection_matrix_follows_the_target_id_rule() {
-    let Some((_, data)) = hip_fatbin("clang-22", "clang-22", "matrix", &[], &[]) else {
+    let Some((_, data)) = hip_fatbin(22, "matrix", &[], &[]) else {
         return;
     };
     let mut c = Container::parse(&data, &Limits::default()).unwrap();
@@ -272,10 +257,7 @@ fn selection_matrix_follows_the_target_id_rule() {
 
 #[test]
 fn openmp_objects_match_llvm_objdump() {
-    let (Some(clang), Some(objdump)) = (
-        tool("clang-22", "clang-22"),
-        tool("llvm-objdump", "llvm-22"),
-    ) else {
+    let (Some(clang), Some(objdump)) = (tool("clang", 22), tool("llvm-objdump", 22)) else {
         return;
     };
     let dir = scratch("formats-openmp");
@@ -341,10 +323,7 @@ fn openmp_objects_match_llvm_objdump() {
 
 #[test]
 fn ptx_packaged_by_llvm_offload_binary() {
-    let (Some(clang), Some(packager)) = (
-        tool("clang-22", "clang-22"),
-        tool("llvm-offload-binary", "llvm-22"),
-    ) else {
+    let (Some(clang), Some(packager)) = (tool("clang", 22), tool("llvm-offload-binary", 22)) else {
         return;
     };
     let dir = scratch("formats-ptx");
@@ -438,7 +417,7 @@ fn ptx_packaged_by_llvm_offload_binary() {
 
 #[test]
 fn relocatable_rdc_objects_and_archives() {
-    let (Some(clang), Some(ar)) = (tool("clang-22", "clang-22"), tool("llvm-ar", "llvm-22")) else {
+    let (Some(clang), Some(ar)) = (tool("clang", 22), tool("llvm-ar", 22)) else {
         return;
     };
     let dir = scratch("formats-rdc");

@@ -1404,3 +1404,67 @@ pub fn le32(b: &[u8], at: usize) -> u32 {
 pub fn le64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
+
+// ---------------------------------------------------------------------------
+// The libraries `cargo build --workspace` produces, scratch space, programs
+
+/// A tool outside LLVM (valgrind, ...) from PATH.
+pub fn system_tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = in_path(name);
+    if found.is_none() {
+        missing(name, package);
+    }
+    found
+}
+
+/// The directory cargo builds into (`target/debug`), from this test's path.
+pub fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/debug/deps/<test> -> target/debug
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// A library `cargo build --workspace` produces (`.ci/run` builds it first).
+pub fn built(file: &str) -> Option<PathBuf> {
+    let p = build_dir().join(file);
+    if p.exists() {
+        return Some(p);
+    }
+    assert!(
+        !ci(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        p.display()
+    );
+    eprintln!(
+        "skipped: {} not built (run `cargo build --workspace`)",
+        p.display()
+    );
+    None
+}
+
+/// A fresh scratch directory for `name` under the test target directory.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `cmd`, panicking with its output if it fails.
+pub fn run_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A test program's source, in tests/programs.
+pub fn program(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/programs")
+        .join(name)
+}
