@@ -1,52 +1,194 @@
-//! NVIDIA fat binaries (`0xBA55ED50`, sections `.nv_fatbin` / `__nv_relfatbin`).
+//! NVIDIA fat binaries (`0xBA55ED50`; sections `.nv_fatbin`, `__nv_relfatbin`).
 //!
-//! NVIDIA does not document the format; the layout here is the one
-//! reverse-engineered by cuobjdump users and ZLUDA (`zluda_dump` fat-binary
-//! reader), little-endian:
+//! NVIDIA does not document the format. The layout below is where the public
+//! reverse-engineered readers agree: ZLUDA (`cuda_types` `FatbinHeader` /
+//! `FatbinFileHeader`, `dark_api/src/fatbin.rs`), n-eiling/cuda-fatbin-decompression
+//! (`fat_elf_header`, `fat_text_header`), jiegec/fatbinary
+//! (`FatBinaryEntryHeader`) and GrigoryEvko/nvopen-tools (`fatbin/FORMAT_SPECIFICATION.md`,
+//! from cuobjdump). All integers are little-endian; nothing is aligned.
 //!
-//! - header, 16 bytes: u32 magic, u16 version (1), u16 header size (16),
-//!   u64 size of the entries that follow;
-//! - entry: u16 kind (1 PTX, 2 ELF), u16 version, u32 header size, u64 padded
-//!   payload size, u32 at 16, u32 payload size at 20, u32 at 24, u32 SM at 28
-//!   (e.g. 90), u32 at 32, u32 at 36, u64 flags at 40 (0x1 64-bit, 0x2000
-//!   compressed, 0x8000 compressed with zstd), ..., u64 uncompressed size at 56
-//!   (when compressed). The payload follows the entry header; the next entry
-//!   starts after the padded payload.
+//! Container header, 16 bytes (CUDA's `fatBinaryHeader`):
 //!
-//! Compressed payloads use NVIDIA's own scheme and are listed, not extracted.
+//! | offset | field |
+//! |---|---|
+//! | 0 | u32 magic `0xBA55ED50` |
+//! | 4 | u16 version, 1 |
+//! | 6 | u16 header size, 16: the first entry starts here |
+//! | 8 | u64 size of everything after the header |
+//!
+//! Entries follow back to back, each a header and its payload:
+//!
+//! | offset | field |
+//! |---|---|
+//! | 0 | u16 kind: 1 PTX, 2 ELF (cubin); cuobjdump knows others ⚠️ |
+//! | 2 | u16 entry version, `0x0101` |
+//! | 4 | u32 entry header size: 64 for ELF, more for PTX and some sm_100+ entries |
+//! | 8 | u64 payload size as stored, padded (to 8): the next entry starts at header + this |
+//! | 16 | u32 payload size before padding (the compressed size when compressed) ⚠️ |
+//! | 20 | u32 offset of PTX options (ptxas arguments), 0 for ELF |
+//! | 24 | u16 minor, u16 major: the code version (PTX ISA version for PTX) |
+//! | 28 | u32 SM, e.g. 90 |
+//! | 32 | u32 object name offset, u32 object name length (from the entry start) |
+//! | 40 | u64 flags, see [`flags`] |
+//! | 48 | u64 0 |
+//! | 56 | u64 uncompressed size (compressed entries) |
+//!
+//! The payload starts at the entry start + entry header size. Compressed
+//! payloads use NVIDIA's own schemes (an LZ4-style block for flag 0x2000, zstd
+//! for 0x8000); they are listed, never extracted.
+//!
+//! ⚠️ Not yet checked against a real `nvcc` fat binary here (no CUDA toolkit on
+//! this machine). No source shows the entry header recording the `a`/`f`
+//! variants, so entries report `sm_XY`; a cubin's own ELF header does record
+//! `a` (see [`crate::elf::nvptx`]).
 
 use crate::container::{Code, Content, Image};
 use crate::error::{Error, ErrorKind, Result};
 use crate::offload_binary::ImageKind;
 use crate::read::Bytes;
-use crate::target::{ArchVariant, ComputeCapability, NvArch, OffloadKind, Triple};
+use crate::target::{Arch, ArchVariant, ComputeCapability, NvArch, OffloadKind, Triple};
 
-/// The fat binary magic, read as a little-endian `u32`.
+/// The fat binary magic `0xBA55ED50` (CUDA's `FATBIN_MAGIC`), read as a little-endian `u32`.
 pub const MAGIC: u32 = 0xBA55_ED50;
-const HEADER_LEN: u64 = 16;
-const MIN_ENTRY_HEADER: u64 = 64;
+/// The only container version known (`FATBIN_VERSION`).
+pub const VERSION: u16 = 1;
+/// Size of the container header and the smallest header size accepted.
+pub const HEADER_LEN: u64 = 16;
+/// The smallest entry header: the 64 bytes of fields every entry has.
+pub const MIN_ENTRY_HEADER: u64 = 64;
 
-/// One entry of a fat binary.
+/// Entry flags at entry offset 40 (ZLUDA `FatbinFileHeaderFlags`, jiegec/fatbinary,
+/// cuda-fatbin-decompression, nvopen-tools).
+pub mod flags {
+    /// Compiled for 64-bit addresses.
+    pub const IS_64BIT: u64 = 0x1;
+    /// Carries debug information.
+    pub const DEBUG: u64 = 0x2;
+    /// Produced by the CUDA toolchain.
+    pub const PRODUCER_CUDA: u64 = 0x4;
+    /// Produced by the OpenCL toolchain.
+    pub const PRODUCER_OPENCL: u64 = 0x8;
+    /// Built on Linux.
+    pub const HOST_LINUX: u64 = 0x10;
+    /// Built on macOS.
+    pub const HOST_MAC: u64 = 0x20;
+    /// Built on Windows.
+    pub const HOST_WINDOWS: u64 = 0x40;
+    /// Compressed with an older scheme (one ZLUDA version calls it
+    /// `CompressedOld`, inflating it as zlib) ⚠️.
+    pub const COMPRESSED_OLD: u64 = 0x1000;
+    /// Compressed with NVIDIA's LZ4-style block format (ZLUDA inflates it with LZ4).
+    pub const COMPRESSED_LZ4: u64 = 0x2000;
+    /// Compressed with zstd (newer `nvcc`; the payload starts with the zstd magic).
+    pub const COMPRESSED_ZSTD: u64 = 0x8000;
+    /// Every flag that marks a compressed payload.
+    pub const COMPRESSED: u64 = COMPRESSED_OLD | COMPRESSED_LZ4 | COMPRESSED_ZSTD;
+}
+
+/// What an entry holds (entry offset 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EntryKind {
+    /// 1: PTX text (NUL-terminated, padded).
+    Ptx,
+    /// 2: an ELF cubin.
+    Elf,
+    /// Another value (nvopen-tools reports 0x10 and 0x40 in CUDA 13 libraries).
+    Other(u16),
+}
+
+impl EntryKind {
+    /// The kind stored as `value`.
+    pub fn from_u16(value: u16) -> EntryKind {
+        match value {
+            1 => EntryKind::Ptx,
+            2 => EntryKind::Elf,
+            other => EntryKind::Other(other),
+        }
+    }
+
+    /// The offload-binary image kind with the same meaning.
+    pub fn image_kind(self) -> ImageKind {
+        match self {
+            EntryKind::Ptx => ImageKind::Ptx,
+            EntryKind::Elf => ImageKind::Cubin,
+            EntryKind::Other(v) => ImageKind::Other(v),
+        }
+    }
+}
+
+/// How an entry's payload is compressed (entry flags, see [`flags`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Compression {
+    /// Stored as is.
+    None,
+    /// [`flags::COMPRESSED_LZ4`].
+    Lz4,
+    /// [`flags::COMPRESSED_ZSTD`].
+    Zstd,
+    /// [`flags::COMPRESSED_OLD`].
+    Old,
+}
+
+/// One entry of a fat binary. Offsets are from the fat binary's start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
-    /// PTX or a cubin.
-    pub kind: ImageKind,
-    /// The SM it was built for (e.g. 90).
+    /// Offset of the entry header.
+    pub header_offset: u64,
+    /// PTX, cubin or other.
+    pub kind: EntryKind,
+    /// Entry header version (offset 2), `0x0101` in every known file.
+    pub entry_version: u16,
+    /// Entry header size (offset 4), at least [`MIN_ENTRY_HEADER`].
+    pub header_size: u32,
+    /// The SM the entry was built for (offset 28), e.g. 90.
     pub sm: u32,
-    /// Flags (0x1 64-bit, 0x2000/0x8000 compressed).
+    /// Code version (offsets 26 and 24): (major, minor); the PTX ISA version for PTX.
+    pub code_version: (u16, u16),
+    /// Flags (offset 40), see [`flags`].
     pub flags: u64,
-    /// Offset of the payload from the fat binary's start.
+    /// Offset of the payload: the entry header offset + its size.
     pub offset: u64,
-    /// Payload size as stored.
+    /// Bytes reserved for the payload (offset 8, padded); the next entry
+    /// starts at `offset + stored_size`.
+    pub stored_size: u64,
+    /// Bytes of payload data: the size at offset 16 when it is non-zero and
+    /// fits in `stored_size` (the compressed size for compressed entries),
+    /// else `stored_size`.
     pub size: u64,
-    /// Uncompressed size, for compressed payloads.
+    /// Uncompressed size (offset 56), for compressed entries.
     pub uncompressed_size: Option<u64>,
 }
 
 impl Entry {
-    /// Whether the payload is compressed (NVIDIA's scheme: not extracted here).
+    /// How the payload is compressed.
+    pub fn compression(&self) -> Compression {
+        if self.flags & flags::COMPRESSED_ZSTD != 0 {
+            Compression::Zstd
+        } else if self.flags & flags::COMPRESSED_LZ4 != 0 {
+            Compression::Lz4
+        } else if self.flags & flags::COMPRESSED_OLD != 0 {
+            Compression::Old
+        } else {
+            Compression::None
+        }
+    }
+
+    /// Whether the payload is compressed (NVIDIA's schemes: not extracted here).
     pub fn is_compressed(&self) -> bool {
-        self.flags & 0xa000 != 0
+        self.flags & flags::COMPRESSED != 0
+    }
+
+    /// Whether the code uses 64-bit addresses ([`flags::IS_64BIT`]).
+    pub fn is_64bit(&self) -> bool {
+        self.flags & flags::IS_64BIT != 0
+    }
+
+    /// The architecture, `sm_XY` (entries do not record `a` or `f`), if the SM is valid.
+    pub fn arch(&self) -> Option<NvArch> {
+        ComputeCapability::from_sm(self.sm).map(|capability| NvArch {
+            capability,
+            variant: ArchVariant::Base,
+        })
     }
 }
 
@@ -58,7 +200,14 @@ pub struct NvFatbin<'a> {
 }
 
 impl<'a> NvFatbin<'a> {
-    /// Parses the fat binary at the start of `data`.
+    /// Parses the fat binary at the start of `data` (which may continue with
+    /// other data: [`NvFatbin::len`] says where this one ends).
+    ///
+    /// Every entry must lie inside the size the header states; each entry
+    /// advances by at least [`MIN_ENTRY_HEADER`] bytes, so the number of
+    /// entries is bounded by the input. Zero bytes after the last entry
+    /// (fewer than an entry header, or an all-zero kind and header size) are
+    /// taken as padding.
     pub fn parse(data: &'a [u8]) -> Result<NvFatbin<'a>> {
         let b = Bytes(data);
         if b.u32(0, "NVIDIA fat binary magic")? != MAGIC {
@@ -70,7 +219,7 @@ impl<'a> NvFatbin<'a> {
             ));
         }
         let version = b.u16(4, "NVIDIA fat binary version")?;
-        if version != 1 {
+        if version != VERSION {
             return Err(Error::new(
                 4,
                 ErrorKind::UnsupportedVersion {
@@ -84,71 +233,43 @@ impl<'a> NvFatbin<'a> {
             return Err(Error::new(
                 6,
                 ErrorKind::BadValue {
-                    what: "NVIDIA fat binary header size",
+                    what: "NVIDIA fat binary header size (at least 16)",
                     value: header_len,
                 },
             ));
         }
         let size = b.u64(8, "NVIDIA fat binary size")?;
+        let total = header_len.checked_add(size).ok_or(Error::new(
+            8,
+            ErrorKind::TooLarge {
+                what: "NVIDIA fat binary size",
+                value: size,
+                limit: b.len(),
+            },
+        ))?;
         let body = Bytes(
-            b.slice(0, header_len.saturating_add(size), "NVIDIA fat binary")
+            b.slice(0, total, "NVIDIA fat binary")
                 .map_err(|e| Error::new(8, e.kind))?,
         );
         let mut entries = Vec::new();
         let mut at = header_len;
-        // Every entry takes at least MIN_ENTRY_HEADER bytes, so this ends.
-        while at < body.len() {
-            let kind = match body.u16(at, "fat binary entry kind")? {
-                1 => ImageKind::Ptx,
-                2 => ImageKind::Cubin,
-                k => {
-                    return Err(Error::new(
-                        at,
-                        ErrorKind::BadValue {
-                            what: "fat binary entry kind (1 PTX, 2 ELF)",
-                            value: k.into(),
-                        },
-                    ))
-                }
-            };
-            let entry_header = u64::from(body.u32(at + 4, "fat binary entry header size")?);
-            if entry_header < MIN_ENTRY_HEADER {
-                return Err(Error::new(
-                    at + 4,
-                    ErrorKind::BadValue {
-                        what: "fat binary entry header size",
-                        value: entry_header,
-                    },
-                ));
+        while at < total {
+            let rest = body.slice(at, total - at, "fat binary entries")?;
+            let padding = rest.len() < MIN_ENTRY_HEADER as usize || rest.starts_with(&[0; 8]);
+            if padding && rest.iter().all(|&x| x == 0) {
+                break;
             }
-            let padded = body.u64(at + 8, "fat binary entry padded size")?;
-            let payload = u64::from(body.u32(at + 20, "fat binary entry size")?);
-            let sm = body.u32(at + 28, "fat binary entry SM")?;
-            let flags = body.u64(at + 40, "fat binary entry flags")?;
-            let offset = at + entry_header;
-            body.slice(offset, padded.max(payload), "fat binary entry payload")
-                .map_err(|e| Error::new(at + 8, e.kind))?;
-            let mut entry = Entry {
-                kind,
-                sm,
-                flags,
-                offset,
-                size: payload,
-                uncompressed_size: None,
-            };
-            if entry.is_compressed() {
-                entry.uncompressed_size = Some(body.u64(at + 56, "uncompressed size")?);
-            }
+            let entry = read_entry(body, at)?;
+            at = entry.offset + entry.stored_size;
             entries.push(entry);
-            at = offset + padded.max(payload);
         }
         Ok(NvFatbin {
-            data: &data[..body.len() as usize],
+            data: body.0,
             entries,
         })
     }
 
-    /// Bytes the fat binary occupies.
+    /// Bytes the fat binary occupies: the header size plus the size it states.
     pub fn len(&self) -> u64 {
         self.data.len() as u64
     }
@@ -158,12 +279,13 @@ impl<'a> NvFatbin<'a> {
         self.entries.is_empty()
     }
 
-    /// The entries.
+    /// The entries, in order.
     pub fn entries(&self) -> &[Entry] {
         &self.entries
     }
 
-    /// The payload of entry `index`; compressed payloads are an error.
+    /// The payload of entry `index`: its `size` bytes for a stored entry
+    /// (PTX keeps its NUL padding); an error for a compressed one.
     pub fn payload(&self, index: usize) -> Result<&'a [u8]> {
         let e = self.entries.get(index).ok_or(Error::new(
             0,
@@ -174,44 +296,43 @@ impl<'a> NvFatbin<'a> {
         ))?;
         if e.is_compressed() {
             return Err(Error::new(
-                e.offset,
+                e.header_offset + 40,
                 ErrorKind::Malformed {
-                    what: "fat binary entry",
-                    why: "compressed with NVIDIA's scheme, which is not supported",
+                    what: "NVIDIA fat binary entry",
+                    why: "compressed entry not supported",
                 },
             ));
         }
         Bytes(self.data).slice(e.offset, e.size, "fat binary entry payload")
     }
 
-    /// The entries as images (kind `cuda`, triple `nvptx64-nvidia-cuda`).
+    /// The entries as images (kind `cuda`, triple `nvptx64-nvidia-cuda`, arch
+    /// `sm_XY`). The size of a compressed image is its uncompressed size.
     pub fn images(&self) -> Vec<Image> {
+        let triple = Triple::parse("nvptx64-nvidia-cuda");
         self.entries
             .iter()
             .enumerate()
             .map(|(index, e)| {
-                let arch = ComputeCapability::from_sm(e.sm).map(|capability| NvArch {
-                    capability,
-                    variant: ArchVariant::Base,
-                });
-                let code = if e.kind == ImageKind::Ptx {
-                    Code::Ptx
-                } else {
-                    Code::Cubin
+                let arch = e.arch();
+                let code = match e.kind {
+                    EntryKind::Ptx => Code::Ptx,
+                    EntryKind::Elf => Code::Cubin,
+                    EntryKind::Other(_) => Code::Unknown,
                 };
                 Image {
                     index,
                     id: crate::container::bundle_style_id(
                         &OffloadKind::Cuda,
-                        &Triple::parse("nvptx64-nvidia-cuda"),
+                        &triple,
                         &arch.map(|a| a.to_string()).unwrap_or_default(),
                     ),
                     offload_kind: OffloadKind::Cuda,
-                    triple: Triple::parse("nvptx64-nvidia-cuda"),
-                    arch: arch.map_or(crate::target::Arch::None, crate::target::Arch::Nvptx),
-                    image_kind: e.kind,
+                    triple: triple.clone(),
+                    arch: arch.map_or(Arch::None, Arch::Nvptx),
+                    image_kind: e.kind.image_kind(),
                     offset: e.offset,
-                    size: e.size,
+                    size: e.uncompressed_size.unwrap_or(e.size),
                     compressed: e.is_compressed(),
                     content: Some(Content {
                         code,
@@ -223,68 +344,286 @@ impl<'a> NvFatbin<'a> {
     }
 }
 
+/// The entry whose header starts at `at` in `body` (the whole fat binary).
+fn read_entry(body: Bytes<'_>, at: u64) -> Result<Entry> {
+    let field = |off: u64| at + off;
+    body.slice(at, MIN_ENTRY_HEADER, "fat binary entry header")?;
+    let kind = EntryKind::from_u16(body.u16(field(0), "fat binary entry kind")?);
+    let header_size = body.u32(field(4), "fat binary entry header size")?;
+    if u64::from(header_size) < MIN_ENTRY_HEADER {
+        return Err(Error::new(
+            field(4),
+            ErrorKind::BadValue {
+                what: "fat binary entry header size (at least 64)",
+                value: header_size.into(),
+            },
+        ));
+    }
+    let stored_size = body.u64(field(8), "fat binary entry payload size")?;
+    let offset = at + u64::from(header_size);
+    body.slice(offset, stored_size, "fat binary entry payload")
+        .map_err(|e| Error::new(field(8), e.kind))?;
+    let data_size = u64::from(body.u32(field(16), "fat binary entry data size")?);
+    let flags = body.u64(field(40), "fat binary entry flags")?;
+    let mut entry = Entry {
+        header_offset: at,
+        kind,
+        entry_version: body.u16(field(2), "fat binary entry version")?,
+        header_size,
+        sm: body.u32(field(28), "fat binary entry SM")?,
+        code_version: (
+            body.u16(field(26), "fat binary entry code version")?,
+            body.u16(field(24), "fat binary entry code version")?,
+        ),
+        flags,
+        offset,
+        stored_size,
+        size: if data_size > 0 && data_size <= stored_size {
+            data_size
+        } else {
+            stored_size
+        },
+        uncompressed_size: None,
+    };
+    if entry.is_compressed() {
+        if data_size > stored_size {
+            return Err(Error::new(
+                field(16),
+                ErrorKind::OutOfBounds {
+                    what: "fat binary compressed payload",
+                    start: offset,
+                    size: data_size,
+                    len: offset + stored_size,
+                },
+            ));
+        }
+        entry.uncompressed_size = Some(body.u64(field(56), "fat binary uncompressed size")?);
+    }
+    Ok(entry)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entry(kind: u16, sm: u32, flags: u64, payload: &[u8]) -> Vec<u8> {
-        let padded = payload.len().next_multiple_of(8);
-        let mut e = kind.to_le_bytes().to_vec();
-        e.extend(0x0101u16.to_le_bytes());
-        e.extend(64u32.to_le_bytes());
-        e.extend((padded as u64).to_le_bytes());
-        e.extend(0u32.to_le_bytes());
-        e.extend((payload.len() as u32).to_le_bytes());
-        e.extend(0u32.to_le_bytes());
-        e.extend(sm.to_le_bytes());
-        e.extend([0u8; 8]);
-        e.extend(flags.to_le_bytes());
-        e.extend([0u8; 8]);
-        e.extend(1000u64.to_le_bytes());
-        e.extend(payload);
-        e.resize(64 + padded, 0);
-        e
+    /// An entry laid out as documented above.
+    struct E<'p> {
+        kind: u16,
+        sm: u32,
+        flags: u64,
+        header: u32,
+        payload: &'p [u8],
+        data_size: Option<u32>,
+        uncompressed: u64,
+    }
+
+    impl E<'_> {
+        fn new(kind: u16, sm: u32, flags: u64, payload: &[u8]) -> E<'_> {
+            E {
+                kind,
+                sm,
+                flags,
+                header: 64,
+                payload,
+                data_size: None,
+                uncompressed: 0,
+            }
+        }
+
+        fn bytes(&self) -> Vec<u8> {
+            let padded = self.payload.len().next_multiple_of(8);
+            let mut e = self.kind.to_le_bytes().to_vec();
+            e.extend(0x0101u16.to_le_bytes());
+            e.extend(self.header.to_le_bytes());
+            e.extend((padded as u64).to_le_bytes());
+            let data = self.data_size.unwrap_or(self.payload.len() as u32);
+            e.extend(data.to_le_bytes());
+            e.extend(if self.kind == 1 { 64u32 } else { 0 }.to_le_bytes());
+            e.extend(0u16.to_le_bytes()); // minor
+            e.extend(8u16.to_le_bytes()); // major
+            e.extend(self.sm.to_le_bytes());
+            e.extend([0u8; 8]); // object name offset, length
+            e.extend(self.flags.to_le_bytes());
+            e.extend([0u8; 8]);
+            e.extend(self.uncompressed.to_le_bytes());
+            e.resize(self.header as usize, 0);
+            e.extend(self.payload);
+            e.resize(self.header as usize + padded, 0);
+            e
+        }
     }
 
     fn fatbin(entries: &[Vec<u8>]) -> Vec<u8> {
         let body: Vec<u8> = entries.concat();
         let mut f = MAGIC.to_le_bytes().to_vec();
-        f.extend(1u16.to_le_bytes());
+        f.extend(VERSION.to_le_bytes());
         f.extend(16u16.to_le_bytes());
         f.extend((body.len() as u64).to_le_bytes());
         f.extend(body);
         f
     }
 
+    const CUBIN: &[u8] = b"\x7fELF\x02\x01\x01cubin";
+    const PTX: &[u8] = b".version 8.0\n.target sm_90\n\0";
+
     #[test]
     fn lists_and_extracts() {
-        let data = fatbin(&[
-            entry(2, 80, 0x1, b"\x7fELFcubin"),
-            entry(1, 90, 0x1, b".version 8.0"),
-            entry(2, 90, 0x2001, b"lz4data"),
+        let mut zstd = E::new(2, 100, 0x8011, b"\x28\xb5\x2f\xfdzz");
+        zstd.uncompressed = 4096;
+        let mut ptx = E::new(1, 90, 0x11, PTX);
+        ptx.header = 72;
+        let mut data = fatbin(&[
+            E::new(2, 80, 0x11, CUBIN).bytes(),
+            ptx.bytes(),
+            zstd.bytes(),
         ]);
+        let len = data.len();
+        data.extend(b"next container");
         let f = NvFatbin::parse(&data).unwrap();
-        assert_eq!(f.len(), data.len() as u64);
+        assert_eq!(f.len(), len as u64);
+        let e = f.entries();
+        assert_eq!(e.len(), 3);
+        assert_eq!(
+            (e[0].kind, e[0].sm, e[0].offset),
+            (EntryKind::Elf, 80, 16 + 64)
+        );
+        assert_eq!((e[0].size, e[0].stored_size), (CUBIN.len() as u64, 16));
+        assert_eq!(e[0].code_version, (8, 0));
+        assert!(e[0].is_64bit() && !e[0].is_compressed());
+        assert_eq!(f.payload(0).unwrap(), CUBIN);
+        assert_eq!(e[1].header_offset, 16 + 64 + 16);
+        assert_eq!(e[1].offset, e[1].header_offset + 72);
+        assert_eq!(f.payload(1).unwrap(), PTX);
+        assert_eq!(e[2].compression(), Compression::Zstd);
+        assert_eq!(e[2].uncompressed_size, Some(4096));
+        let err = f.payload(2).unwrap_err();
+        assert_eq!(
+            err.kind.to_string(),
+            "NVIDIA fat binary entry: compressed entry not supported"
+        );
+        assert_eq!(err.offset, e[2].header_offset + 40);
+        assert!(f.payload(3).is_err());
+
         let images = f.images();
         assert_eq!(images[0].id, "cuda-nvptx64-nvidia-cuda--sm_80");
-        assert_eq!(f.payload(0).unwrap(), b"\x7fELFcubin");
-        assert_eq!(f.payload(1).unwrap(), b".version 8.0");
+        assert_eq!(images[0].image_kind, ImageKind::Cubin);
+        assert_eq!(images[1].image_kind, ImageKind::Ptx);
+        assert_eq!(images[1].arch.to_string(), "sm_90");
         assert!(images[2].compressed);
-        assert_eq!(f.entries()[2].uncompressed_size, Some(1000));
-        assert!(f.payload(2).is_err());
+        assert_eq!(images[2].size, 4096);
+        assert_eq!(images[2].arch.to_string(), "sm_100");
     }
 
     #[test]
-    fn rejects_bad_sizes() {
-        let data = fatbin(&[entry(2, 80, 1, b"x")]);
+    fn compression_flags_and_other_kinds() {
+        let flags_of = |flags| {
+            let f = fatbin(&[E::new(2, 80, flags, b"x").bytes()]);
+            let p = NvFatbin::parse(&f).unwrap();
+            (p.entries()[0].compression(), p.payload(0).is_ok())
+        };
+        assert_eq!(flags_of(0x11), (Compression::None, true));
+        assert_eq!(flags_of(0x2011), (Compression::Lz4, false));
+        assert_eq!(flags_of(0x8011), (Compression::Zstd, false));
+        assert_eq!(flags_of(0x1011), (Compression::Old, false));
+        let f = fatbin(&[E::new(0x10, 100, 1, b"x").bytes()]);
+        let p = NvFatbin::parse(&f).unwrap();
+        assert_eq!(p.entries()[0].kind, EntryKind::Other(0x10));
+        assert_eq!(p.images()[0].image_kind, ImageKind::Other(0x10));
+        // An unpadded-size field of 0 or too big falls back to the stored size.
+        let mut e = E::new(2, 80, 1, b"abc");
+        e.data_size = Some(0);
+        let f = fatbin(&[e.bytes()]);
+        assert_eq!(
+            NvFatbin::parse(&f).unwrap().payload(0).unwrap(),
+            b"abc\0\0\0\0\0"
+        );
+        // A compressed size past the stored payload is an error.
+        let mut e = E::new(2, 80, 0x2001, b"abc");
+        e.data_size = Some(9);
+        let f = fatbin(&[e.bytes()]);
+        assert_eq!(NvFatbin::parse(&f).unwrap_err().offset, 16 + 16);
+    }
+
+    #[test]
+    fn empty_and_padded() {
+        let f = fatbin(&[]);
+        assert!(NvFatbin::parse(&f).unwrap().is_empty());
+        let mut entries = vec![E::new(2, 80, 1, CUBIN).bytes()];
+        entries.push(vec![0u8; 72]);
+        let p = fatbin(&entries);
+        assert_eq!(NvFatbin::parse(&p).unwrap().entries().len(), 1);
+        let mut entries = vec![E::new(2, 80, 1, CUBIN).bytes()];
+        entries.push(vec![0u8; 8]);
+        let p = fatbin(&entries);
+        assert_eq!(NvFatbin::parse(&p).unwrap().entries().len(), 1);
+        // Trailing bytes that are not zero are an error.
+        let mut entries = vec![E::new(2, 80, 1, CUBIN).bytes()];
+        entries.push(vec![1u8; 8]);
+        assert!(NvFatbin::parse(&fatbin(&entries)).is_err());
+    }
+
+    #[test]
+    fn rejects_bad_headers_and_sizes() {
+        let data = fatbin(&[E::new(2, 80, 1, b"x").bytes()]);
         for cut in 0..data.len() {
             assert!(NvFatbin::parse(&data[..cut]).is_err(), "{cut}");
         }
-        let mut small = data.clone();
-        small[16 + 4..16 + 8].copy_from_slice(&0u32.to_le_bytes());
-        assert!(NvFatbin::parse(&small).is_err());
-        let mut huge = data.clone();
-        huge[16 + 8..16 + 16].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(NvFatbin::parse(&huge).is_err());
+        let set = |at: usize, bytes: &[u8]| {
+            let mut d = data.clone();
+            d[at..at + bytes.len()].copy_from_slice(bytes);
+            NvFatbin::parse(&d).map(|_| ()).unwrap_err()
+        };
+        assert!(matches!(
+            set(0, b"\0\0\0\0").kind,
+            ErrorKind::BadMagic { .. }
+        ));
+        assert!(matches!(
+            set(4, &2u16.to_le_bytes()).kind,
+            ErrorKind::UnsupportedVersion { .. }
+        ));
+        assert_eq!(set(6, &8u16.to_le_bytes()).offset, 6);
+        assert_eq!(set(8, &u64::MAX.to_le_bytes()).offset, 8);
+        assert_eq!(set(8, &(1u64 << 40).to_le_bytes()).offset, 8);
+        // Entry header size 0 (no progress) and below the minimum.
+        assert_eq!(set(16 + 4, &0u32.to_le_bytes()).offset, 16 + 4);
+        assert_eq!(set(16 + 4, &63u32.to_le_bytes()).offset, 16 + 4);
+        // Entry header size or payload size past the container.
+        assert_eq!(set(16 + 4, &1000u32.to_le_bytes()).offset, 16 + 8);
+        assert_eq!(set(16 + 8, &u64::MAX.to_le_bytes()).offset, 16 + 8);
+        assert_eq!(set(16 + 8, &16u64.to_le_bytes()).offset, 16 + 8);
+    }
+
+    #[test]
+    fn zero_sizes_always_advance() {
+        // Entries with empty payloads: each still takes its 64-byte header.
+        let entries: Vec<Vec<u8>> = (0..100).map(|_| E::new(1, 75, 1, b"").bytes()).collect();
+        let f = fatbin(&entries);
+        let p = NvFatbin::parse(&f).unwrap();
+        assert_eq!(p.entries().len(), 100);
+        assert_eq!(p.payload(99).unwrap(), b"");
+    }
+
+    #[test]
+    fn never_panics_on_noise() {
+        let base = fatbin(&[
+            E::new(2, 80, 0x11, CUBIN).bytes(),
+            E::new(1, 90, 0x2011, PTX).bytes(),
+        ]);
+        let mut x = 0x9e37_79b9u32;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let mut d = base.clone();
+            let at = 4 + (x as usize % (d.len() - 4));
+            d[at] = (x >> 8) as u8;
+            if let Ok(f) = NvFatbin::parse(&d) {
+                assert!(f.len() <= d.len() as u64);
+                for i in 0..f.entries().len() {
+                    let _ = f.payload(i);
+                }
+                let _ = f.images();
+            }
+        }
     }
 }
