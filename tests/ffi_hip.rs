@@ -30,18 +30,33 @@ fn env() -> Option<Env> {
 
 const ARCHS: &[&str] = &["gfx90a:xnack-", "gfx90a:xnack+", "gfx1100", "gfx11-generic"];
 
-fn hip(e: &Env, src: &str, out: &Path, extra: &[&str]) {
+/// Compiles HIP source `src` for `archs` into `out`, with extra link arguments.
+fn hip_for(e: &Env, archs: &[&str], src: &Path, out: &Path, extra: &[String]) {
     let mut cmd = Command::new(&e.clang);
     cmd.args(["-x", "hip", "-nogpulib", "-nogpuinc", "-fuse-ld=lld", "-I"])
         .arg(&e.include)
         .arg("-I")
         .arg(program(""))
-        .args(ARCHS.iter().map(|a| format!("--offload-arch={a}")))
-        .arg(program(src))
+        .args(archs.iter().map(|a| format!("--offload-arch={a}")))
+        .arg(src)
         .args(extra)
         .arg("-o")
         .arg(out);
     run_ok(&mut cmd);
+}
+
+/// Compiles the test program `src` for [`ARCHS`] into `out`.
+fn hip(e: &Env, src: &str, out: &Path, extra: &[String]) {
+    hip_for(e, ARCHS, &program(src), out, extra);
+}
+
+/// Builds `app.hip` linked with the shared library in a scratch directory
+/// named `name`; returns the directory and the executable.
+fn build_app(e: &Env, name: &str) -> (PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let exe = dir.join("app");
+    hip(e, "app.hip", &exe, &link_shared(e));
+    (dir, exe)
 }
 
 fn link_shared(e: &Env) -> Vec<String> {
@@ -89,12 +104,7 @@ fn executable_registers_selects_and_resolves_on_each_device() {
         if compress {
             extra.push("--offload-compress".into());
         }
-        hip(
-            &e,
-            "app.hip",
-            &exe,
-            &extra.iter().map(String::as_str).collect::<Vec<_>>(),
-        );
+        hip(&e, "app.hip", &exe, &extra);
         let log = dir.join(format!("{name}.log"));
         let out = run_fake(&e, &exe, &[], &log, &[]);
         assert!(out.contains("devices=2 libraries=1"), "{out}");
@@ -136,15 +146,7 @@ fn strip_bytes(line: &str) -> String {
 #[test]
 fn eager_loading_and_the_loaded_bytes_are_the_selected_image() {
     let Some(e) = env() else { return };
-    let dir = scratch("hip-eager");
-    let exe = dir.join("app");
-    let extra = link_shared(&e);
-    hip(
-        &e,
-        "app.hip",
-        &exe,
-        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let (dir, exe) = build_app(&e, "hip-eager");
     let log = dir.join("eager.log");
     let out = run_fake(&e, &exe, &[], &log, &[("OFFLOAD_LOADER_EAGER", "1")]);
     assert!(out.contains("app device=gfx1103 kernel=0"), "{out}");
@@ -191,12 +193,7 @@ fn shared_library_linked_and_dlopened() {
     let lib = dir.join("libkernels.so");
     let mut extra = link_shared(&e);
     extra.extend(["-shared".into(), "-fPIC".into()]);
-    hip(
-        &e,
-        "lib.hip",
-        &lib,
-        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    hip(&e, "lib.hip", &lib, &extra);
     // Linked: the library's constructor registers first.
     let exe = dir.join("linked");
     let mut extra = link_shared(&e);
@@ -205,12 +202,7 @@ fn shared_library_linked_and_dlopened() {
         "-lkernels".into(),
         format!("-Wl,-rpath,{}", dir.display()),
     ]);
-    hip(
-        &e,
-        "uses_lib.hip",
-        &exe,
-        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    hip(&e, "uses_lib.hip", &exe, &extra);
     let out = run_fake(&e, &exe, &[], &dir.join("linked.log"), &[]);
     assert!(out.contains("libraries=2"), "{out}");
     for who in ["lib", "main"] {
@@ -240,24 +232,7 @@ fn shared_library_linked_and_dlopened() {
             ),
     )
     .unwrap();
-    let mut cmd = Command::new(&e.clang);
-    cmd.args([
-        "-x",
-        "hip",
-        "-nogpulib",
-        "-nogpuinc",
-        "-fuse-ld=lld",
-        "--offload-arch=gfx90a",
-    ])
-    .arg("-I")
-    .arg(&e.include)
-    .arg("-I")
-    .arg(program(""))
-    .arg(&src)
-    .args(&extra)
-    .arg("-o")
-    .arg(&exe);
-    run_ok(&mut cmd);
+    hip_for(&e, &["gfx90a"], &src, &exe, &extra);
     let out = run_fake(&e, &exe, &[lib.to_str().unwrap()], &dir.join("dl.log"), &[]);
     assert!(out.contains("libraries=2"), "{out}");
     assert!(
@@ -291,12 +266,7 @@ fn static_library_works_as_well() {
         "-ldl".into(),
         "-lm".into(),
     ];
-    hip(
-        &e,
-        "app.hip",
-        &exe,
-        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    hip(&e, "app.hip", &exe, &extra);
     let needed = run_ok(Command::new("ldd").arg(&exe));
     assert!(!String::from_utf8_lossy(&needed.stdout).contains("liboffload_loader"));
     let out = run_fake(&e, &exe, &[], &dir.join("log"), &[]);
@@ -306,15 +276,7 @@ fn static_library_works_as_well() {
 #[test]
 fn never_aborts_the_host() {
     let Some(e) = env() else { return };
-    let dir = scratch("hip-failures");
-    let exe = dir.join("app");
-    let extra = link_shared(&e);
-    hip(
-        &e,
-        "app.hip",
-        &exe,
-        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let (dir, exe) = build_app(&e, "hip-failures");
     let log = dir.join("log");
     // A driver whose loads fail: typed error with the driver's own string.
     let out = run_fake(&e, &exe, &[], &log, &[("FAKE_HSA_LOAD_STATUS", "0x1010")]);
@@ -366,15 +328,7 @@ fn nothing_leaks_under_valgrind() {
     let Some(valgrind) = system_tool("valgrind", "valgrind") else {
         return;
     };
-    let dir = scratch("hip-valgrind");
-    let exe = dir.join("app");
-    let extra = link_shared(&e);
-    hip(
-        &e,
-        "app.hip",
-        &exe,
-        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let (_, exe) = build_app(&e, "hip-valgrind");
     let out = Command::new(valgrind)
         .args([
             "--leak-check=full",
@@ -404,25 +358,7 @@ fn probe_inspects_a_running_process() {
         "#include \"hip_prelude.h\"\n__attribute__((global)) void k(int *p) { *p = 1; }\nint main() { printf(\"ready\\n\"); fflush(stdout); return getchar() == EOF ? 0 : 1; }\n",
     )
     .unwrap();
-    let mut cmd = Command::new(&e.clang);
-    cmd.args([
-        "-x",
-        "hip",
-        "-nogpulib",
-        "-nogpuinc",
-        "-fuse-ld=lld",
-        "--offload-arch=gfx90a",
-        "--offload-arch=gfx1100",
-    ])
-    .arg("-I")
-    .arg(&e.include)
-    .arg("-I")
-    .arg(program(""))
-    .arg(&src)
-    .args(link_shared(&e))
-    .arg("-o")
-    .arg(&exe);
-    run_ok(&mut cmd);
+    hip_for(&e, &["gfx90a", "gfx1100"], &src, &exe, &link_shared(&e));
     let mut child = Command::new(&exe)
         .env("OFFLOAD_LOADER_DEVICES", "gfx1100")
         .stdin(std::process::Stdio::piped())
@@ -469,23 +405,13 @@ fn libraries_register_from_several_threads_at_once() {
         let lib = dir.join(format!("libk{i}.so"));
         let mut extra = link_shared(&e);
         extra.extend(["-shared".into(), "-fPIC".into()]);
-        hip(
-            &e,
-            "lib.hip",
-            &lib,
-            &extra.iter().map(String::as_str).collect::<Vec<_>>(),
-        );
+        hip(&e, "lib.hip", &lib, &extra);
         libs.push(lib.display().to_string());
     }
     let exe = dir.join("threads");
     let mut extra = link_shared(&e);
     extra.extend(["-ldl".into(), "-lpthread".into()]);
-    hip(
-        &e,
-        "threads.hip",
-        &exe,
-        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    hip(&e, "threads.hip", &exe, &extra);
     let args: Vec<&str> = libs.iter().map(String::as_str).collect();
     // Eager loading from the constructors of dlopen'ed libraries: the driver
     // library is opened on the registering thread, so detection does not
