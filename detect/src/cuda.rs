@@ -1,44 +1,49 @@
-//! NVIDIA GPUs through the CUDA driver (`libcuda.so.1`), opened with
-//! `libloading`. Facts from cuda.h: `CUresult` 0 = success, 100 =
-//! `CUDA_ERROR_NO_DEVICE`; `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR` = 75,
-//! `_MINOR` = 76; `cuDriverGetVersion` gives 1000 × major + 10 × minor.
+//! NVIDIA GPUs through the CUDA driver (`libcuda.so.1`), opened at run time
+//! with `libloading`.
+//!
+//! Library: `OFFLOAD_LOADER_CUDA_LIBRARY` if set (and only it), otherwise
+//! `libcuda.so.1`, `libcuda.so`. Detection does what LLVM's `nvptx-arch`
+//! (clang/tools/offload-arch/NVPTXArch.cpp) does: `cuInit(0)`
+//! (`CUDA_ERROR_NO_DEVICE` = 100 means no device, not a failure),
+//! `cuDeviceGetCount`, `cuDeviceGet`, and the compute capability from
+//! attributes 75/76; plus the name, the PCI bus ID and `cuDriverGetVersion`
+//! (1000 × major + 10 × minor), which bounds the PTX ISA the driver can JIT.
+//! `CUDA_VISIBLE_DEVICES` is applied by the driver inside `cuInit`.
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+mod sys;
+
+use std::ffi::{c_char, c_int, CStr};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use offload_loader::select::DeviceTarget;
 use offload_loader::target::{nvptx::max_ptx_for_driver, ComputeCapability};
 
-use crate::{open_library, Backend, BackendReport, Device, Reason, Source, Status};
+pub(crate) use sys::{CuDevicePtr, CuResult, Handle, SUCCESS};
 
-/// `CUresult`.
-pub type CuResult = c_int;
-const SUCCESS: CuResult = 0;
-const ATTRIBUTE_CC_MAJOR: c_int = 75;
-const ATTRIBUTE_CC_MINOR: c_int = 76;
+use crate::library::{self, resolve, Cache};
+use crate::{Backend, BackendReport, Device, DriverStatus, Reason, Source, Status};
 
-/// The CUDA driver entry points this crate uses, resolved once.
+const DEFAULT_CANDIDATES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
+
+/// The CUDA driver entry points this crate uses, resolved once per library.
 pub(crate) struct Api {
     pub path: PathBuf,
-    _library: libloading::Library,
-    pub init: unsafe extern "C" fn(c_uint) -> CuResult,
-    pub driver_get_version: unsafe extern "C" fn(*mut c_int) -> CuResult,
-    pub device_get_count: unsafe extern "C" fn(*mut c_int) -> CuResult,
-    pub device_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult,
-    pub device_get_attribute: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult,
-    pub device_get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult,
-    pub device_get_pci_bus_id: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult,
-    pub get_error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
-    pub get_error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
-    pub primary_ctx_retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> CuResult,
-    pub ctx_set_current: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    pub module_load_data: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult,
-    pub module_get_function:
-        unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> CuResult,
-    pub module_get_global:
-        unsafe extern "C" fn(*mut u64, *mut usize, *mut c_void, *const c_char) -> CuResult,
-    pub module_unload: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    pub init: sys::Init,
+    pub driver_get_version: sys::DriverGetVersion,
+    pub device_get_count: sys::DeviceGetCount,
+    pub device_get: sys::DeviceGet,
+    pub device_get_attribute: sys::DeviceGetAttribute,
+    pub device_get_name: sys::DeviceGetString,
+    pub device_get_pci_bus_id: sys::DeviceGetString,
+    pub get_error_string: sys::GetErrorText,
+    pub get_error_name: sys::GetErrorText,
+    pub primary_ctx_retain: sys::PrimaryCtxRetain,
+    pub primary_ctx_release: sys::PrimaryCtxRelease,
+    pub ctx_set_current: sys::CtxSetCurrent,
+    pub module_load_data: sys::ModuleLoadData,
+    pub module_get_function: sys::ModuleGetFunction,
+    pub module_get_global: sys::ModuleGetGlobal,
+    pub module_unload: sys::ModuleUnload,
 }
 
 impl std::fmt::Debug for Api {
@@ -47,13 +52,17 @@ impl std::fmt::Debug for Api {
     }
 }
 
-impl Api {
-    fn open(explicit: Option<PathBuf>) -> Result<Api, Reason> {
-        let candidates = match explicit {
-            Some(p) => vec![p],
-            None => vec!["libcuda.so.1".into(), "libcuda.so".into()],
+static APIS: Cache<Api> = Cache::new();
+
+/// The CUDA driver at `library` (or the default names), opened and resolved
+/// on the first call for that path, on the calling thread.
+pub(crate) fn open(library: Option<PathBuf>) -> Result<&'static Api, Reason> {
+    APIS.get_or_open(library, |library| {
+        let candidates: Vec<PathBuf> = match library {
+            Some(path) => vec![path],
+            None => DEFAULT_CANDIDATES.iter().map(PathBuf::from).collect(),
         };
-        let (lib, path) = open_library(&candidates)?;
+        let (lib, path) = library::open(&candidates)?;
         Ok(Api {
             init: resolve!(lib, path, "cuInit"),
             driver_get_version: resolve!(lib, path, "cuDriverGetVersion"),
@@ -65,80 +74,68 @@ impl Api {
             get_error_string: resolve!(lib, path, "cuGetErrorString"),
             get_error_name: resolve!(lib, path, "cuGetErrorName"),
             primary_ctx_retain: resolve!(lib, path, "cuDevicePrimaryCtxRetain"),
+            primary_ctx_release: resolve!(lib, path, "cuDevicePrimaryCtxRelease"),
             ctx_set_current: resolve!(lib, path, "cuCtxSetCurrent"),
             module_load_data: resolve!(lib, path, "cuModuleLoadData"),
             module_get_function: resolve!(lib, path, "cuModuleGetFunction"),
             module_get_global: resolve!(lib, path, "cuModuleGetGlobal_v2"),
             module_unload: resolve!(lib, path, "cuModuleUnload"),
             path,
-            _library: lib,
         })
-    }
+    })
+}
 
-    /// `CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected`.
-    pub fn describe(&self, result: CuResult) -> String {
-        let text = |f: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult| {
+impl Api {
+    /// The result with the driver's own name and description.
+    pub fn status(&self, result: CuResult) -> DriverStatus {
+        let text = |f: sys::GetErrorText, unknown: &str| {
             let mut p: *const c_char = std::ptr::null();
-            // SAFETY: writes a pointer to a static string owned by the driver.
+            // SAFETY: writes a pointer to a static string owned by the driver
+            // (or leaves it null and returns CUDA_ERROR_INVALID_VALUE).
             if unsafe { f(result, &mut p) } == SUCCESS && !p.is_null() {
                 // SAFETY: a NUL-terminated static string.
                 unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
             } else {
-                "unknown error".into()
+                unknown.to_string()
             }
         };
-        format!(
-            "{} ({result}): {}",
-            text(self.get_error_name),
-            text(self.get_error_string)
-        )
+        DriverStatus::Cuda {
+            result,
+            name: text(self.get_error_name, "CUDA_ERROR_UNKNOWN_RESULT"),
+            message: text(self.get_error_string, ""),
+        }
     }
 
-    fn call(&self, call: &'static str, result: CuResult) -> Result<(), Reason> {
+    fn check(&self, call: &'static str, result: CuResult) -> Result<(), Reason> {
         if result == SUCCESS {
             Ok(())
         } else {
             Err(Reason::CallFailed {
                 call,
-                status: self.describe(result),
+                status: self.status(result),
             })
         }
     }
 }
 
-/// Detection through the CUDA driver, to run on a detection thread.
-///
-/// The library is opened here, on the calling thread: registration may run in
-/// a constructor of a library being `dlopen`ed, under the dynamic loader's
-/// lock, which only this thread may take again. The returned closure, run on
-/// the detection thread under a time limit, initialises the driver and
-/// enumerates devices.
-pub(crate) fn detect(
-    library: Option<PathBuf>,
-) -> impl FnOnce() -> (Vec<Device>, BackendReport) + Send {
-    let api = Api::open(library).map(Arc::new);
-    move || {
-        let report = |status, reason| BackendReport {
-            backend: Backend::Cuda,
-            status,
-            reason,
-        };
-        match api.map_err(|r| (Status::Unavailable, r)).and_then(run) {
-            Ok(devices) => {
-                let n = devices.len();
-                (devices, report(Status::Found(n), None))
-            }
-            Err((status, reason)) => (Vec::new(), report(status, Some(reason))),
+/// Detection through an opened driver, run on a detection thread.
+pub(crate) fn detect(api: &'static Api) -> (Vec<Device>, BackendReport) {
+    let report = |status, reason| BackendReport::new(Backend::Cuda, status, reason);
+    match enumerate(api) {
+        Ok(devices) => {
+            let n = devices.len();
+            (devices, report(Status::Found(n), None))
         }
+        Err((status, reason)) => (Vec::new(), report(status, Some(reason))),
     }
 }
 
-fn run(api: Arc<Api>) -> Result<Vec<Device>, (Status, Reason)> {
+fn enumerate(api: &'static Api) -> Result<Vec<Device>, (Status, Reason)> {
     let unavailable = |r| (Status::Unavailable, r);
     // SAFETY: `cuInit(0)` is the documented first call; it may be repeated.
     let result = unsafe { (api.init)(0) };
     if result != SUCCESS {
-        let status = if result == 100 {
+        let status = if result == sys::ERROR_NO_DEVICE {
             Status::NoDevice
         } else {
             Status::Unavailable
@@ -148,81 +145,86 @@ fn run(api: Arc<Api>) -> Result<Vec<Device>, (Status, Reason)> {
             Reason::InitFailed {
                 library: api.path.clone(),
                 call: "cuInit",
-                status: api.describe(result),
+                status: api.status(result),
             },
         ));
     }
-    let mut version = 0;
+    let mut version: c_int = 0;
     // SAFETY: out-pointer to a c_int.
-    api.call("cuDriverGetVersion", unsafe {
+    api.check("cuDriverGetVersion", unsafe {
         (api.driver_get_version)(&mut version)
     })
     .map_err(unavailable)?;
-    let mut count = 0;
+    let version = u32::try_from(version).ok();
+    let mut count: c_int = 0;
     // SAFETY: out-pointer to a c_int.
-    api.call("cuDeviceGetCount", unsafe {
+    api.check("cuDeviceGetCount", unsafe {
         (api.device_get_count)(&mut count)
     })
     .map_err(unavailable)?;
     let mut devices = Vec::new();
-    for ordinal in 0..count.clamp(0, 1024) {
-        let mut dev = 0;
-        // SAFETY: out-pointer; `ordinal` < count.
-        api.call("cuDeviceGet", unsafe {
+    for ordinal in 0..count.clamp(0, 4096) {
+        let mut dev: sys::CuDevice = 0;
+        // SAFETY: out-pointer; `ordinal` < the count the driver gave.
+        api.check("cuDeviceGet", unsafe {
             (api.device_get)(&mut dev, ordinal)
         })
         .map_err(unavailable)?;
         let attribute = |attr| {
-            let mut v = 0;
-            // SAFETY: out-pointer to a c_int for a valid device.
-            api.call("cuDeviceGetAttribute", unsafe {
+            let mut v: c_int = 0;
+            // SAFETY: out-pointer to a c_int, a device the driver gave.
+            api.check("cuDeviceGetAttribute", unsafe {
                 (api.device_get_attribute)(&mut v, attr, dev)
             })
             .map(|_| v)
         };
-        let major = attribute(ATTRIBUTE_CC_MAJOR).map_err(unavailable)?;
-        let minor = attribute(ATTRIBUTE_CC_MINOR).map_err(unavailable)?;
-        let Some(capability) = u32::try_from(major * 10 + minor)
-            .ok()
-            .and_then(ComputeCapability::from_sm)
-        else {
+        let major = attribute(sys::ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(unavailable)?;
+        let minor = attribute(sys::ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(unavailable)?;
+        let (Ok(major), Ok(minor)) = (u8::try_from(major), u8::try_from(minor)) else {
+            tracing::warn!(
+                ordinal,
+                major,
+                minor,
+                "CUDA device with an odd compute capability; left out"
+            );
             continue;
         };
-        let string = |f: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult| {
-            let mut buf = [0u8; 256];
-            // SAFETY: the driver writes at most `len` bytes, NUL-terminated.
-            (unsafe { f(buf.as_mut_ptr().cast(), buf.len() as c_int, dev) } == SUCCESS)
-                .then(|| {
-                    CStr::from_bytes_until_nul(&buf)
-                        .ok()
-                        .map(|c| c.to_string_lossy().into_owned())
-                })
-                .flatten()
-        };
-        devices.push(Device {
-            index: devices.len(),
-            target: DeviceTarget::Nvidia {
-                capability,
-                max_ptx: max_ptx_for_driver(version as u32),
+        let mut device = Device::new(
+            Source::Cuda,
+            DeviceTarget::Nvidia {
+                capability: ComputeCapability { major, minor },
+                max_ptx: version.and_then(max_ptx_for_driver),
             },
-            source: Source::Cuda,
-            name: string(api.device_get_name),
-            ordinal: ordinal as u32,
-            pci_bus_id: string(api.device_get_pci_bus_id),
-            driver_version: Some(version as u32),
-            isas: Vec::new(),
-            unknown_features: false,
-            handle: dev as u64,
-            driver: crate::driver::DriverRef::Cuda(api.clone()),
-        });
+            ordinal as u32,
+        );
+        device.name = device_string(api.device_get_name, dev);
+        device.pci_bus_id = device_string(api.device_get_pci_bus_id, dev);
+        device.driver_version = version;
+        device.handle = dev as u64;
+        device.driver = crate::driver::DriverRef::Cuda(api);
+        devices.push(device);
     }
     if devices.is_empty() {
         return Err((
             Status::NoDevice,
-            Reason::NoGpu {
+            Reason::NoCudaDevice {
                 library: api.path.clone(),
             },
         ));
     }
     Ok(devices)
+}
+
+/// `cuDeviceGetName` / `cuDeviceGetPCIBusId` into a buffer that always keeps
+/// a NUL at its end.
+fn device_string(f: sys::DeviceGetString, dev: sys::CuDevice) -> Option<String> {
+    let mut buf = [0u8; 257];
+    // SAFETY: the driver writes at most `len` (256) bytes, NUL-terminated when
+    // they fit; the 257th byte stays 0.
+    let result = unsafe { f(buf.as_mut_ptr().cast(), 256, dev) };
+    if result != SUCCESS {
+        return None;
+    }
+    let text = CStr::from_bytes_until_nul(&buf).ok()?;
+    Some(text.to_string_lossy().into_owned()).filter(|s| !s.is_empty())
 }

@@ -1,105 +1,68 @@
-//! AMD GPUs through the HSA runtime (`libhsa-runtime64.so.1`), opened with
-//! `libloading`: never linked, so a machine without ROCm pays nothing.
+//! AMD GPUs through the HSA runtime (ROCR, `libhsa-runtime64.so.1`), opened
+//! at run time with `libloading`: never linked, so a machine without ROCm
+//! pays one failed `dlopen`.
 //!
-//! Facts from ROCR-Runtime `hsa.h` / `hsa_ext_amd.h`: handles are
-//! `struct { uint64_t handle; }` passed by value; `HSA_AGENT_INFO_NAME` = 0
-//! (char[64]), `HSA_AGENT_INFO_NODE` = 16 (u32), `HSA_AGENT_INFO_DEVICE` = 17
-//! (u32, 1 = GPU); `HSA_ISA_INFO_NAME_LENGTH` = 0, `HSA_ISA_INFO_NAME` = 1
-//! (e.g. `amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-`); symbol info
-//! `VARIABLE_SIZE` = 9, `VARIABLE_ADDRESS` = 21, `KERNEL_OBJECT` = 22.
+//! Library: `OFFLOAD_LOADER_HSA_LIBRARY` if set (and only it), otherwise
+//! `libhsa-runtime64.so.1`, `libhsa-runtime64.so`,
+//! `/opt/rocm/lib/libhsa-runtime64.so.1`. Every symbol this crate uses,
+//! detection and loading alike, is resolved once, when the library is first
+//! opened; a missing one makes the backend unavailable.
+//!
+//! Detection: `hsa_init`; `hsa_iterate_agents`; for each agent whose
+//! `HSA_AGENT_INFO_DEVICE` is GPU: its node (`HSA_AGENT_INFO_NODE`), its
+//! marketing name (`HSA_AMD_AGENT_INFO_PRODUCT_NAME`, else
+//! `HSA_AGENT_INFO_NAME`), its UUID, and its ISAs (`hsa_agent_iterate_isas`,
+//! `hsa_isa_get_info_alt` `NAME_LENGTH` / `NAME`): the first is the agent's
+//! own, `amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-`, which gives the full
+//! target ID; the generic one that may follow is kept in [`Device::isas`].
+//!
+//! The runtime stays initialised when it reports a GPU, because images are
+//! loaded through it later ([`crate::driver`]); when it reports none,
+//! `hsa_shut_down` balances the `hsa_init`. `ROCR_VISIBLE_DEVICES` and
+//! `HSA_OVERRIDE_GFX_VERSION` are applied by the runtime itself.
+
+mod sys;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use offload_loader::select::DeviceTarget;
 use offload_loader::target::TargetId;
 
-use crate::{open_library, Backend, BackendReport, Device, Reason, Source, Status};
+pub use sys::status_name;
+pub(crate) use sys::{
+    Agent, CodeObjectReader, Executable, ExecutableSymbol, LoadedCodeObject, PROFILE_FULL,
+    ROUNDING_MODE_DEFAULT, STATUS_SUCCESS, SYMBOL_INFO_KERNEL_OBJECT, SYMBOL_INFO_VARIABLE_ADDRESS,
+    SYMBOL_INFO_VARIABLE_SIZE,
+};
 
-/// `hsa_status_t`.
-pub type HsaStatus = u32;
-/// `HSA_STATUS_SUCCESS`.
-pub const SUCCESS: HsaStatus = 0;
-/// `HSA_STATUS_INFO_BREAK`.
-pub const INFO_BREAK: HsaStatus = 1;
+use crate::library::{self, resolve, Cache};
+use crate::{Backend, BackendReport, Device, DriverStatus, Reason, Source, Status};
 
-const AGENT_INFO_NAME: u32 = 0;
-const AGENT_INFO_NODE: u32 = 16;
-const AGENT_INFO_DEVICE: u32 = 17;
-const DEVICE_TYPE_GPU: u32 = 1;
-const ISA_INFO_NAME_LENGTH: u32 = 0;
-const ISA_INFO_NAME: u32 = 1;
-pub(crate) const SYMBOL_INFO_VARIABLE_SIZE: u32 = 9;
-pub(crate) const SYMBOL_INFO_VARIABLE_ADDRESS: u32 = 21;
-pub(crate) const SYMBOL_INFO_KERNEL_OBJECT: u32 = 22;
+const DEFAULT_CANDIDATES: [&str; 3] = [
+    "libhsa-runtime64.so.1",
+    "libhsa-runtime64.so",
+    "/opt/rocm/lib/libhsa-runtime64.so.1",
+];
 
-/// The symbolic name of an HSA status (ROCR-Runtime hsa.h `hsa_status_t`).
-pub fn status_name(status: HsaStatus) -> &'static str {
-    match status {
-        0x0 => "HSA_STATUS_SUCCESS",
-        0x1 => "HSA_STATUS_INFO_BREAK",
-        0x1000 => "HSA_STATUS_ERROR",
-        0x1001 => "HSA_STATUS_ERROR_INVALID_ARGUMENT",
-        0x1002 => "HSA_STATUS_ERROR_INVALID_QUEUE_CREATION",
-        0x1003 => "HSA_STATUS_ERROR_INVALID_ALLOCATION",
-        0x1004 => "HSA_STATUS_ERROR_INVALID_AGENT",
-        0x1005 => "HSA_STATUS_ERROR_INVALID_REGION",
-        0x1006 => "HSA_STATUS_ERROR_INVALID_SIGNAL",
-        0x1007 => "HSA_STATUS_ERROR_INVALID_QUEUE",
-        0x1008 => "HSA_STATUS_ERROR_OUT_OF_RESOURCES",
-        0x1009 => "HSA_STATUS_ERROR_INVALID_PACKET_FORMAT",
-        0x100A => "HSA_STATUS_ERROR_RESOURCE_FREE",
-        0x100B => "HSA_STATUS_ERROR_NOT_INITIALIZED",
-        0x100C => "HSA_STATUS_ERROR_REFCOUNT_OVERFLOW",
-        0x100D => "HSA_STATUS_ERROR_INCOMPATIBLE_ARGUMENTS",
-        0x100E => "HSA_STATUS_ERROR_INVALID_INDEX",
-        0x100F => "HSA_STATUS_ERROR_INVALID_ISA",
-        0x1010 => "HSA_STATUS_ERROR_INVALID_CODE_OBJECT",
-        0x1011 => "HSA_STATUS_ERROR_INVALID_EXECUTABLE",
-        0x1012 => "HSA_STATUS_ERROR_FROZEN_EXECUTABLE",
-        0x1013 => "HSA_STATUS_ERROR_INVALID_SYMBOL_NAME",
-        0x1014 => "HSA_STATUS_ERROR_VARIABLE_ALREADY_DEFINED",
-        0x1015 => "HSA_STATUS_ERROR_VARIABLE_UNDEFINED",
-        0x1016 => "HSA_STATUS_ERROR_EXCEPTION",
-        0x1017 => "HSA_STATUS_ERROR_INVALID_ISA_NAME",
-        0x1018 => "HSA_STATUS_ERROR_INVALID_CODE_SYMBOL",
-        0x1019 => "HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL",
-        0x1020 => "HSA_STATUS_ERROR_INVALID_FILE",
-        0x1021 => "HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER",
-        0x1022 => "HSA_STATUS_ERROR_INVALID_CACHE",
-        0x1023 => "HSA_STATUS_ERROR_INVALID_WAVEFRONT",
-        0x1024 => "HSA_STATUS_ERROR_INVALID_SIGNAL_GROUP",
-        0x1025 => "HSA_STATUS_ERROR_INVALID_RUNTIME_STATE",
-        0x1026 => "HSA_STATUS_ERROR_FATAL",
-        _ => "unknown HSA status",
-    }
-}
-
-type AgentCallback = unsafe extern "C" fn(agent: u64, data: *mut c_void) -> HsaStatus;
-
-/// The HSA entry points this crate uses, resolved once.
+/// The HSA entry points this crate uses, resolved once per library.
 pub(crate) struct Api {
     pub path: PathBuf,
-    // Kept loaded for the life of the process: the runtime starts threads.
-    _library: libloading::Library,
-    pub init: unsafe extern "C" fn() -> HsaStatus,
-    pub status_string: unsafe extern "C" fn(HsaStatus, *mut *const c_char) -> HsaStatus,
-    pub iterate_agents: unsafe extern "C" fn(AgentCallback, *mut c_void) -> HsaStatus,
-    pub agent_get_info: unsafe extern "C" fn(u64, u32, *mut c_void) -> HsaStatus,
-    pub agent_iterate_isas: unsafe extern "C" fn(u64, AgentCallback, *mut c_void) -> HsaStatus,
-    pub isa_get_info_alt: unsafe extern "C" fn(u64, u32, *mut c_void) -> HsaStatus,
-    pub reader_create_from_memory:
-        unsafe extern "C" fn(*const c_void, usize, *mut u64) -> HsaStatus,
-    pub reader_destroy: unsafe extern "C" fn(u64) -> HsaStatus,
-    pub executable_create_alt: unsafe extern "C" fn(u32, u32, *const c_char, *mut u64) -> HsaStatus,
-    pub executable_load_agent_code_object:
-        unsafe extern "C" fn(u64, u64, u64, *const c_char, *mut u64) -> HsaStatus,
-    pub executable_freeze: unsafe extern "C" fn(u64, *const c_char) -> HsaStatus,
-    pub executable_get_symbol_by_name:
-        unsafe extern "C" fn(u64, *const c_char, *const u64, *mut u64) -> HsaStatus,
-    pub executable_symbol_get_info: unsafe extern "C" fn(u64, u32, *mut c_void) -> HsaStatus,
-    pub executable_destroy: unsafe extern "C" fn(u64) -> HsaStatus,
+    pub init: sys::Init,
+    pub shut_down: sys::ShutDown,
+    pub status_string: sys::StatusString,
+    pub iterate_agents: sys::IterateAgents,
+    pub agent_get_info: sys::AgentGetInfo,
+    pub agent_iterate_isas: sys::AgentIterateIsas,
+    pub isa_get_info_alt: sys::IsaGetInfoAlt,
+    pub reader_create_from_memory: sys::CodeObjectReaderCreateFromMemory,
+    pub reader_destroy: sys::CodeObjectReaderDestroy,
+    pub executable_create_alt: sys::ExecutableCreateAlt,
+    pub executable_load_agent_code_object: sys::ExecutableLoadAgentCodeObject,
+    pub executable_freeze: sys::ExecutableFreeze,
+    pub executable_get_symbol_by_name: sys::ExecutableGetSymbolByName,
+    pub executable_symbol_get_info: sys::ExecutableSymbolGetInfo,
+    pub executable_destroy: sys::ExecutableDestroy,
 }
 
 impl std::fmt::Debug for Api {
@@ -108,19 +71,20 @@ impl std::fmt::Debug for Api {
     }
 }
 
-impl Api {
-    fn open(explicit: Option<PathBuf>) -> Result<Api, Reason> {
-        let candidates = match explicit {
-            Some(p) => vec![p],
-            None => vec![
-                "libhsa-runtime64.so.1".into(),
-                "libhsa-runtime64.so".into(),
-                "/opt/rocm/lib/libhsa-runtime64.so.1".into(),
-            ],
+static APIS: Cache<Api> = Cache::new();
+
+/// The HSA runtime at `library` (or the default names), opened and resolved
+/// on the first call for that path, on the calling thread.
+pub(crate) fn open(library: Option<PathBuf>) -> Result<&'static Api, Reason> {
+    APIS.get_or_open(library, |library| {
+        let candidates: Vec<PathBuf> = match library {
+            Some(path) => vec![path],
+            None => DEFAULT_CANDIDATES.iter().map(PathBuf::from).collect(),
         };
-        let (lib, path) = open_library(&candidates)?;
+        let (lib, path) = library::open(&candidates)?;
         Ok(Api {
             init: resolve!(lib, path, "hsa_init"),
+            shut_down: resolve!(lib, path, "hsa_shut_down"),
             status_string: resolve!(lib, path, "hsa_status_string"),
             iterate_agents: resolve!(lib, path, "hsa_iterate_agents"),
             agent_get_info: resolve!(lib, path, "hsa_agent_get_info"),
@@ -143,16 +107,18 @@ impl Api {
             executable_symbol_get_info: resolve!(lib, path, "hsa_executable_symbol_get_info"),
             executable_destroy: resolve!(lib, path, "hsa_executable_destroy"),
             path,
-            _library: lib,
         })
-    }
+    })
+}
 
-    /// `HSA_STATUS_ERROR_OUT_OF_RESOURCES (0x1008): <the runtime's string>`.
-    pub fn describe(&self, status: HsaStatus) -> String {
+impl Api {
+    /// The status with the runtime's own description (`hsa_status_string`).
+    pub fn status(&self, status: sys::Status) -> DriverStatus {
         let mut text: *const c_char = std::ptr::null();
-        // SAFETY: `status_string` writes a pointer to a static string it owns.
-        let ok = unsafe { (self.status_string)(status, &mut text) } == SUCCESS;
-        let detail = if ok && !text.is_null() {
+        // SAFETY: `hsa_status_string` writes a pointer to a static string it
+        // owns (ROCR's hsa.cpp needs no initialised runtime for it).
+        let ok = unsafe { (self.status_string)(status, &mut text) } == STATUS_SUCCESS;
+        let text = if ok && !text.is_null() {
             // SAFETY: the runtime returned a NUL-terminated static string.
             unsafe { CStr::from_ptr(text) }
                 .to_string_lossy()
@@ -161,150 +127,186 @@ impl Api {
             String::new()
         };
         let name = status_name(status);
-        // The runtime's own string usually repeats the name: keep it once.
-        let detail = detail
+        // ROCR's strings start with the name: keep it once.
+        let message = text
             .strip_prefix(name)
-            .map(|d| d.trim_start_matches([':', ' ']))
-            .unwrap_or(&detail);
-        format!("{name} ({status:#x}): {detail}")
-    }
-}
-
-/// Detection through HSA, to run on a detection thread.
-///
-/// The library is opened here, on the calling thread: registration may run in
-/// a constructor of a library being `dlopen`ed, under the dynamic loader's
-/// lock, which only this thread may take again. The returned closure, run on
-/// the detection thread under a time limit, initialises the driver and
-/// enumerates devices.
-pub(crate) fn detect(
-    library: Option<PathBuf>,
-) -> impl FnOnce() -> (Vec<Device>, BackendReport) + Send {
-    let api = Api::open(library).map(Arc::new);
-    move || match api.map_err(|r| (Status::Unavailable, r)).and_then(run) {
-        Ok(devices) => {
-            let report = BackendReport {
-                backend: Backend::Hsa,
-                status: Status::Found(devices.len()),
-                reason: None,
-            };
-            (devices, report)
+            .map(|rest| rest.trim_start_matches([':', ' ']))
+            .unwrap_or(&text)
+            .to_string();
+        DriverStatus::Hsa {
+            status,
+            name,
+            message,
         }
-        Err((status, reason)) => (
-            Vec::new(),
-            BackendReport {
-                backend: Backend::Hsa,
-                status,
-                reason: Some(reason),
-            },
-        ),
     }
 }
 
-fn run(api: Arc<Api>) -> Result<Vec<Device>, (Status, Reason)> {
-    // SAFETY: `hsa_init` takes no arguments; it may be called more than once
-    // (the runtime reference-counts it), and is never shut down here because
-    // loaded images need the runtime.
+/// Detection through an opened runtime, run on a detection thread.
+pub(crate) fn detect(api: &'static Api) -> (Vec<Device>, BackendReport) {
+    let report = |status, reason| BackendReport::new(Backend::Hsa, status, reason);
+    match enumerate(api) {
+        Ok(devices) => {
+            let n = devices.len();
+            (devices, report(Status::Found(n), None))
+        }
+        Err((status, reason)) => (Vec::new(), report(status, Some(reason))),
+    }
+}
+
+fn enumerate(api: &'static Api) -> Result<Vec<Device>, (Status, Reason)> {
+    // SAFETY: `hsa_init` takes no arguments and is reference-counted by the
+    // runtime; it is balanced below when no GPU is found.
     let status = unsafe { (api.init)() };
-    if status != SUCCESS {
+    if status != STATUS_SUCCESS {
         return Err((
             Status::Unavailable,
             Reason::InitFailed {
                 library: api.path.clone(),
                 call: "hsa_init",
-                status: api.describe(status),
+                status: api.status(status),
             },
         ));
     }
-    let mut agents: Vec<u64> = Vec::new();
-    // SAFETY: `collect_agent` matches `AgentCallback` and `agents` outlives the call.
+    let result = gpu_devices(api);
+    if !matches!(&result, Ok(devices) if !devices.is_empty()) {
+        // SAFETY: balances the successful `hsa_init` above; nothing of this
+        // runtime is in use (no device was returned).
+        let status = unsafe { (api.shut_down)() };
+        if status != STATUS_SUCCESS {
+            tracing::debug!(status, "hsa_shut_down failed");
+        }
+    }
+    result
+}
+
+fn gpu_devices(api: &'static Api) -> Result<Vec<Device>, (Status, Reason)> {
+    let mut agents: Vec<Agent> = Vec::new();
+    // SAFETY: `push_agent` has the `AgentCallback` signature and `agents`
+    // outlives the call, which invokes the callback synchronously.
     let status =
-        unsafe { (api.iterate_agents)(collect_agent, (&mut agents as *mut Vec<u64>).cast()) };
-    if status != SUCCESS && status != INFO_BREAK {
+        unsafe { (api.iterate_agents)(push_agent, (&mut agents as *mut Vec<Agent>).cast()) };
+    if status != STATUS_SUCCESS && status != sys::STATUS_INFO_BREAK {
         return Err((
             Status::Unavailable,
             Reason::CallFailed {
                 call: "hsa_iterate_agents",
-                status: api.describe(status),
+                status: api.status(status),
             },
         ));
     }
     let mut devices = Vec::new();
+    let mut unknown = Vec::new();
     for agent in agents {
-        let mut kind = 0u32;
-        // SAFETY: DEVICE writes a u32.
-        if unsafe { (api.agent_get_info)(agent, AGENT_INFO_DEVICE, (&mut kind as *mut u32).cast()) }
-            != SUCCESS
-            || kind != DEVICE_TYPE_GPU
-        {
-            continue;
-        }
-        let mut name = [0u8; 64];
-        // SAFETY: NAME writes at most 64 bytes.
-        unsafe { (api.agent_get_info)(agent, AGENT_INFO_NAME, name.as_mut_ptr().cast()) };
-        let mut node = 0u32;
-        // SAFETY: NODE writes a u32.
-        unsafe { (api.agent_get_info)(agent, AGENT_INFO_NODE, (&mut node as *mut u32).cast()) };
-        let isas = isa_names(&api, agent);
-        let Some(target) = isas.first().and_then(|n| target_of_isa(n)) else {
-            tracing::warn!(?isas, "HSA GPU agent with no ISA this crate knows; skipped");
+        let Some(kind) = info_u32(api, agent, sys::AGENT_INFO_DEVICE) else {
             continue;
         };
-        let name = CStr::from_bytes_until_nul(&name)
-            .ok()
-            .map(|c| c.to_string_lossy().into_owned())
-            .filter(|n| !n.is_empty());
-        devices.push(Device {
-            index: devices.len(),
-            target: DeviceTarget::Amdgpu(target),
-            source: Source::Hsa,
-            name,
-            ordinal: node,
-            pci_bus_id: None,
-            driver_version: None,
-            isas,
-            unknown_features: false,
-            handle: agent,
-            driver: crate::driver::DriverRef::Hsa(api.clone()),
-        });
+        if kind != sys::DEVICE_TYPE_GPU {
+            continue;
+        }
+        let isas = isa_names(api, agent);
+        let Some(target) = isas.iter().find_map(|isa| specific_target(isa)) else {
+            tracing::warn!(?isas, "HSA GPU agent with no ISA LLVM 22 knows; left out");
+            unknown.push(isas.first().cloned().unwrap_or_else(|| "no ISA".into()));
+            continue;
+        };
+        let mut device = Device::new(
+            Source::Hsa,
+            DeviceTarget::Amdgpu(target),
+            info_u32(api, agent, sys::AGENT_INFO_NODE).unwrap_or(0),
+        );
+        device.name = info_string(api, agent, sys::AMD_AGENT_INFO_PRODUCT_NAME)
+            .or_else(|| info_string(api, agent, sys::AGENT_INFO_NAME));
+        device.uuid = info_string(api, agent, sys::AMD_AGENT_INFO_UUID)
+            .filter(|u| u.starts_with("GPU-") && u != "GPU-XX");
+        device.isas = isas;
+        device.handle = agent.handle;
+        device.driver = crate::driver::DriverRef::Hsa(api);
+        devices.push(device);
     }
     if devices.is_empty() {
-        return Err((
-            Status::NoDevice,
-            Reason::NoGpu {
+        let reason = if unknown.is_empty() {
+            Reason::NoGpuAgent {
                 library: api.path.clone(),
-            },
-        ));
+            }
+        } else {
+            Reason::UnknownProcessor(format!("HSA GPU agents report {}", unknown.join(", ")))
+        };
+        return Err((Status::NoDevice, reason));
     }
     Ok(devices)
 }
 
-unsafe extern "C" fn collect_agent(agent: u64, data: *mut c_void) -> HsaStatus {
-    // SAFETY: `data` is the `Vec<u64>` passed to `hsa_iterate_agents`.
-    unsafe { &mut *data.cast::<Vec<u64>>() }.push(agent);
-    SUCCESS
+unsafe extern "C" fn push_agent(agent: Agent, data: *mut c_void) -> sys::Status {
+    // SAFETY: `data` is the `Vec<Agent>` handed to `hsa_iterate_agents`, which
+    // calls back on the calling thread while that vector is borrowed for it.
+    unsafe { &mut *data.cast::<Vec<Agent>>() }.push(agent);
+    STATUS_SUCCESS
 }
 
-fn isa_names(api: &Api, agent: u64) -> Vec<String> {
-    let mut isas: Vec<u64> = Vec::new();
-    // SAFETY: `collect_agent` pushes each handle (ISAs are u64 handles too).
-    unsafe { (api.agent_iterate_isas)(agent, collect_agent, (&mut isas as *mut Vec<u64>).cast()) };
+unsafe extern "C" fn push_isa(isa: sys::Isa, data: *mut c_void) -> sys::Status {
+    // SAFETY: as `push_agent`, for the `Vec<Isa>` of `hsa_agent_iterate_isas`.
+    unsafe { &mut *data.cast::<Vec<sys::Isa>>() }.push(isa);
+    STATUS_SUCCESS
+}
+
+fn info_u32(api: &Api, agent: Agent, attribute: u32) -> Option<u32> {
+    let mut value = 0u32;
+    // SAFETY: the attributes asked for with this helper are `uint32_t` (or a
+    // C enum of that size), written to a `u32` that outlives the call.
+    let status = unsafe { (api.agent_get_info)(agent, attribute, (&mut value as *mut u32).cast()) };
+    (status == STATUS_SUCCESS).then_some(value)
+}
+
+/// A character-array attribute of at most 64 bytes (hsa.h: `NAME` and
+/// `PRODUCT_NAME` are `char[64]`, `UUID` at most 21 with its NUL); `None` when
+/// the runtime does not have it (a vendor extension on another runtime) or it
+/// is empty.
+fn info_string(api: &Api, agent: Agent, attribute: u32) -> Option<String> {
+    // Twice the largest size: the NUL at the end stays whatever is written.
+    let mut buffer = [0u8; 129];
+    // SAFETY: the attributes asked for with this helper are char arrays of at
+    // most 64 bytes, which fit.
+    let status = unsafe { (api.agent_get_info)(agent, attribute, buffer.as_mut_ptr().cast()) };
+    if status != STATUS_SUCCESS {
+        return None;
+    }
+    let text = CStr::from_bytes_until_nul(&buffer).ok()?;
+    Some(text.to_string_lossy().trim().to_string()).filter(|s| !s.is_empty())
+}
+
+fn isa_names(api: &Api, agent: Agent) -> Vec<String> {
+    let mut isas: Vec<sys::Isa> = Vec::new();
+    // SAFETY: `push_isa` has the `IsaCallback` signature and `isas` outlives
+    // the synchronous iteration.
+    let status = unsafe {
+        (api.agent_iterate_isas)(agent, push_isa, (&mut isas as *mut Vec<sys::Isa>).cast())
+    };
+    if status != STATUS_SUCCESS && status != sys::STATUS_INFO_BREAK {
+        tracing::warn!(status, "hsa_agent_iterate_isas failed");
+    }
     isas.into_iter()
         .filter_map(|isa| {
             let mut len = 0u32;
-            // SAFETY: NAME_LENGTH writes a u32.
-            if unsafe {
-                (api.isa_get_info_alt)(isa, ISA_INFO_NAME_LENGTH, (&mut len as *mut u32).cast())
-            } != SUCCESS
-            {
+            // SAFETY: NAME_LENGTH is a `uint32_t`.
+            let status = unsafe {
+                (api.isa_get_info_alt)(
+                    isa,
+                    sys::ISA_INFO_NAME_LENGTH,
+                    (&mut len as *mut u32).cast(),
+                )
+            };
+            if status != STATUS_SUCCESS {
                 return None;
             }
-            // The length may or may not count the NUL: leave room for one.
+            // hsa.h says the length excludes the NUL, ROCR counts it: leave
+            // room for one either way.
             let mut name = vec![0u8; (len as usize).min(4096) + 1];
-            // SAFETY: NAME writes `len` bytes, which fit.
-            if unsafe { (api.isa_get_info_alt)(isa, ISA_INFO_NAME, name.as_mut_ptr().cast()) }
-                != SUCCESS
-            {
+            // SAFETY: NAME writes the name (at most `len` bytes, plus the NUL
+            // when `len` excludes it), which fits in `len + 1` bytes.
+            let status = unsafe {
+                (api.isa_get_info_alt)(isa, sys::ISA_INFO_NAME, name.as_mut_ptr().cast())
+            };
+            if status != STATUS_SUCCESS {
                 return None;
             }
             let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
@@ -313,8 +315,45 @@ fn isa_names(api: &Api, agent: u64) -> Vec<String> {
         .collect()
 }
 
-/// `amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-` → the target ID after the last `--`.
+/// The target ID in an HSA ISA name, `amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-`
+/// → `gfx90a:sramecc+:xnack-` (the part after the triple's empty environment).
 pub fn target_of_isa(isa: &str) -> Option<TargetId> {
-    let id = isa.rsplit_once("--").map_or(isa, |(_, id)| id);
+    let id = isa
+        .strip_prefix("amdgcn-amd-amdhsa--")
+        .or_else(|| isa.rsplit_once("--").map(|(_, id)| id))?;
     TargetId::parse(id).ok()
+}
+
+/// The target of a specific (not generic) processor's ISA.
+fn specific_target(isa: &str) -> Option<TargetId> {
+    target_of_isa(isa).filter(|t| !t.processor.is_generic())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn isa_names_give_targets() {
+        let t = |s| target_of_isa(s).map(|t| t.to_string());
+        assert_eq!(
+            t("amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-").as_deref(),
+            Some("gfx90a:sramecc+:xnack-")
+        );
+        assert_eq!(
+            t("amdgcn-amd-amdhsa--gfx11-generic").as_deref(),
+            Some("gfx11-generic")
+        );
+        assert_eq!(specific_target("amdgcn-amd-amdhsa--gfx11-generic"), None);
+        assert_eq!(t("amdgcn-amd-amdhsa--gfx9999"), None);
+        assert_eq!(t("gfx90a"), None);
+    }
+
+    #[test]
+    fn status_names() {
+        assert_eq!(status_name(0x1008), "HSA_STATUS_ERROR_OUT_OF_RESOURCES");
+        assert_eq!(status_name(0x1017), "HSA_STATUS_ERROR_INVALID_ISA_NAME");
+        assert_eq!(status_name(0x1026), "HSA_STATUS_ERROR_FATAL");
+        assert_eq!(status_name(0x2000), "HSA_STATUS_UNKNOWN");
+    }
 }

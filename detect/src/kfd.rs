@@ -1,27 +1,61 @@
-//! AMD GPUs from the KFD topology in sysfs, as LLVM 22's `offload-arch` reads
-//! it (clang/tools/offload-arch/AMDGPUArchByKFD.cpp): each
-//! `/sys/devices/virtual/kfd/kfd/topology/nodes/N/properties` has a line
-//! `gfx_target_version MMmmss` (decimal major×10000 + minor×100 + stepping;
-//! 0 for a CPU node). KFD names the processor only: xnack and sramecc stay
-//! unknown ([`FeatureSetting::Any`](offload_loader::target::FeatureSetting)).
+//! AMD GPUs from the KFD topology in sysfs, read the way LLVM's
+//! `offload-arch` reads it (clang/tools/offload-arch/AMDGPUArchByKFD.cpp) and
+//! the way ROCm's libhsakmt would adjust it.
+//!
+//! Each `/sys/devices/virtual/kfd/kfd/topology/nodes/N/properties` holds
+//! `key value` lines; `gfx_target_version` is decimal
+//! major × 10000 + minor × 100 + stepping, 0 for a CPU node; `unique_id` is
+//! the 64-bit number ROCR prints as the UUID `GPU-<16 hex digits>`.
+//!
+//! KFD names the processor only: xnack and sramecc stay unknown
+//! ([`FeatureSetting::Any`](offload_loader::target::FeatureSetting),
+//! [`Device::unknown_features`]). It is consulted only when the HSA runtime is
+//! absent or failed, because HSA knows the features and KFD does not; and it
+//! costs no library load. Since no runtime runs, this module applies what
+//! libhsakmt and ROCR would: `HSA_OVERRIDE_GFX_VERSION` (`_<node>` first)
+//! and `ROCR_VISIBLE_DEVICES`.
 
 use std::path::{Path, PathBuf};
 
 use offload_loader::select::DeviceTarget;
 use offload_loader::target::{Processor, TargetId};
 
-use crate::{Backend, BackendReport, Config, Device, Reason, Source, Status};
+use crate::overrides::gfx_override_processor;
+use crate::{visible, Backend, BackendReport, Config, Device, Reason, Source, Status};
 
-const DEFAULT_ROOT: &str = "/sys/devices/virtual/kfd/kfd/topology/nodes";
+/// Where the topology's nodes are on Linux.
+pub const DEFAULT_ROOT: &str = "/sys/devices/virtual/kfd/kfd/topology/nodes";
 
-/// The processor of a `gfx_target_version` value (e.g. 90010 → gfx90a).
+/// The processor of a `gfx_target_version` value (e.g. 90010 → gfx90a), split
+/// as libhsakmt's `HSA_GET_GFX_VERSION_*` macros split it.
 pub fn processor_of(version: u32) -> Option<&'static Processor> {
-    let (major, minor, step) = (version / 10000, (version / 100) % 100, version % 100);
-    Processor::from_isa_version((
-        u8::try_from(major).ok()?,
-        u8::try_from(minor).ok()?,
-        u8::try_from(step).ok()?,
-    ))
+    let (major, minor, step) = (
+        (version / 10000) % 100,
+        (version / 100) % 100,
+        version % 100,
+    );
+    Processor::from_isa_version((major as u8, minor as u8, step as u8))
+}
+
+/// One node's `properties`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Properties {
+    gfx_target_version: u32,
+    unique_id: u64,
+}
+
+fn read_properties(node: &Path) -> Option<Properties> {
+    let text = std::fs::read_to_string(node.join("properties")).ok()?;
+    let mut props = Properties::default();
+    for line in text.lines() {
+        let (key, value) = line.split_once(' ').unwrap_or((line, ""));
+        match key {
+            "gfx_target_version" => props.gfx_target_version = value.trim().parse().ok()?,
+            "unique_id" => props.unique_id = value.trim().parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    Some(props)
 }
 
 pub(crate) fn detect(config: &Config) -> (Vec<Device>, BackendReport) {
@@ -29,11 +63,7 @@ pub(crate) fn detect(config: &Config) -> (Vec<Device>, BackendReport) {
         .kfd_root
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
-    let report = |status, reason| BackendReport {
-        backend: Backend::Kfd,
-        status,
-        reason: Some(reason),
-    };
+    let report = |status, reason| BackendReport::new(Backend::Kfd, status, Some(reason));
     let Ok(entries) = std::fs::read_dir(&root) else {
         return (
             Vec::new(),
@@ -46,47 +76,119 @@ pub(crate) fn detect(config: &Config) -> (Vec<Device>, BackendReport) {
         .collect();
     nodes.sort();
     let mut devices = Vec::new();
+    let mut unknown = Vec::new();
     for (node, path) in nodes {
-        let Some(version) = gfx_target_version(&path) else {
+        let Some(props) = read_properties(&path) else {
+            tracing::debug!(node, "KFD node without readable properties; skipped");
             continue;
         };
-        if version == 0 {
+        if props.gfx_target_version == 0 {
             continue;
         }
-        let Some(processor) = processor_of(version) else {
+        // libhsakmt reads the per-node variable first, then the global one,
+        // and fails the whole topology on a malformed value.
+        let override_value = config
+            .gfx_overrides
+            .iter()
+            .find(|(n, _)| *n == Some(node))
+            .map(|(_, v)| (format!("HSA_OVERRIDE_GFX_VERSION_{node}"), v))
+            .or_else(|| {
+                config
+                    .gfx_overrides
+                    .iter()
+                    .find(|(n, _)| n.is_none())
+                    .map(|(_, v)| ("HSA_OVERRIDE_GFX_VERSION".to_string(), v))
+            });
+        let processor = match override_value {
+            Some((variable, value)) => match gfx_override_processor(value) {
+                Ok(p) => Some(p),
+                Err(problem) => {
+                    let reason = Reason::BadGfxOverride {
+                        variable,
+                        value: value.clone(),
+                        problem,
+                    };
+                    return (Vec::new(), report(Status::Unavailable, reason));
+                }
+            },
+            None => processor_of(props.gfx_target_version),
+        };
+        let Some(processor) = processor else {
             tracing::warn!(
                 node,
-                version,
-                "KFD node with an unknown gfx_target_version; skipped"
+                version = props.gfx_target_version,
+                "KFD node with an unknown gfx_target_version; left out"
             );
+            unknown.push(format!(
+                "node {node} has gfx_target_version {}",
+                props.gfx_target_version
+            ));
             continue;
         };
-        devices.push(Device {
-            index: devices.len(),
-            target: DeviceTarget::Amdgpu(TargetId::new(processor)),
-            source: Source::Kfd,
-            name: None,
-            ordinal: node,
-            pci_bus_id: None,
-            driver_version: None,
-            isas: Vec::new(),
-            unknown_features: true,
-            handle: 0,
-            driver: crate::driver::DriverRef::None,
-        });
+        let mut device = Device::new(
+            Source::Kfd,
+            DeviceTarget::Amdgpu(TargetId::new(processor)),
+            node,
+        );
+        device.unknown_features = true;
+        device.uuid = (props.unique_id != 0).then(|| format!("GPU-{:016x}", props.unique_id));
+        devices.push(device);
     }
-    let status = if devices.is_empty() {
-        Status::NoDevice
-    } else {
-        Status::Found(devices.len())
-    };
-    (devices, report(status, Reason::FeaturesUnknown))
+    let found = devices.len();
+    if let Some(list) = &config.rocr_visible {
+        devices = visible::rocr(devices, list);
+        if devices.is_empty() && found > 0 {
+            let reason = Reason::AllHidden {
+                variable: "ROCR_VISIBLE_DEVICES",
+                value: list.clone(),
+                found,
+            };
+            return (devices, report(Status::NoDevice, reason));
+        }
+    }
+    if devices.is_empty() {
+        let reason = if unknown.is_empty() {
+            Reason::NoGpuNode(root)
+        } else {
+            Reason::UnknownProcessor(format!("KFD {}", unknown.join(", ")))
+        };
+        return (devices, report(Status::NoDevice, reason));
+    }
+    let n = devices.len();
+    (devices, report(Status::Found(n), Reason::FeaturesUnknown))
 }
 
-fn gfx_target_version(node: &Path) -> Option<u32> {
-    let text = std::fs::read_to_string(node.join("properties")).ok()?;
-    text.lines().find_map(|l| {
-        let value = l.strip_prefix("gfx_target_version")?;
-        value.trim().parse().ok()
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        let name = |v| processor_of(v).map(|p| p.name);
+        assert_eq!(name(90010), Some("gfx90a"));
+        assert_eq!(name(90402), Some("gfx942"));
+        assert_eq!(name(110001), Some("gfx1101"));
+        assert_eq!(name(100300), Some("gfx1030"));
+        assert_eq!(name(0), None);
+        assert_eq!(name(999999), None);
+    }
+
+    #[test]
+    fn properties() {
+        let dir = std::env::temp_dir().join(format!("kfd-props-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("properties"),
+            "cpu_cores_count 0\ngfx_target_version 90010\nunique_id 12345678901234\ncapability 1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            read_properties(&dir),
+            Some(Properties {
+                gfx_target_version: 90010,
+                unique_id: 12345678901234
+            })
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -1,55 +1,67 @@
 //! # offload-detect
 //!
 //! Which GPUs this machine has and exactly what each can run: the full AMDGPU
-//! target ID with its xnack/sramecc settings, the NVIDIA compute capability and
-//! driver version. Sources, in order:
+//! target ID with its xnack/sramecc settings, the NVIDIA compute capability
+//! and the PTX ISA its driver can JIT; and the driver calls that put an image
+//! on one of them ([`Device::load`]).
+//!
+//! Sources, in order:
 //!
 //! 1. `OFFLOAD_LOADER_DEVICES` ([`overrides`]) replaces detection entirely;
-//! 2. the HSA runtime ([`hsa`]), loaded at run time, never linked;
-//! 3. the KFD topology in sysfs ([`kfd`]) when HSA is absent or fails: it names
-//!    the processor but cannot tell xnack or sramecc;
-//! 4. the CUDA driver ([`cuda`]), loaded at run time.
+//!    an invalid entry makes it fail with a reason and no device (never a
+//!    silent fall-back to detection).
+//! 2. The HSA runtime ([`hsa`]), loaded at run time, never linked. It is
+//!    authoritative when it works (it reports a GPU, or that there is none).
+//! 3. The KFD topology in sysfs ([`kfd`]), only when HSA is absent or fails:
+//!    it names the processor but cannot tell xnack or sramecc.
+//! 4. The CUDA driver ([`cuda`]), loaded at run time.
 //!
-//! Detection never fails the host program: each backend ends in a
-//! [`BackendReport`] with a printable [`Reason`], and nothing is printed
-//! (events go to `tracing`). [`driver`] puts an image on a device.
+//! Devices are listed AMD first, then NVIDIA, after the visible-devices
+//! lists ([`visible`] says which variable is applied by whom).
+//!
+//! Detection never fails the host program and never prints: each backend ends
+//! in a [`BackendReport`] whose [`Reason`] reads as one plain sentence, and
+//! events go to `tracing`. Each driver call runs on a detection thread under a
+//! time limit (`OFFLOAD_LOADER_DETECT_TIMEOUT_MS`, default 10 s) so a hung
+//! driver cannot hang the program, except with [`devices_in_place`]. A missing
+//! library costs one failed `dlopen` and no thread. Libraries are opened once
+//! per process and path and never closed.
+//!
+//! ## Environment
+//!
+//! | variable | read by | effect |
+//! |---|---|---|
+//! | `OFFLOAD_LOADER_DEVICES=gfx90a:sramecc+:xnack-,sm_80` | this crate | these devices instead of detection |
+//! | `OFFLOAD_LOADER_HSA_LIBRARY`, `OFFLOAD_LOADER_CUDA_LIBRARY` | this crate | the only driver library to try |
+//! | `OFFLOAD_LOADER_KFD_ROOT` | this crate | the KFD `nodes` directory |
+//! | `OFFLOAD_LOADER_DETECT_TIMEOUT_MS` | this crate | time limit per driver (default 10000) |
+//! | `HSA_OVERRIDE_GFX_VERSION`, `HSA_OVERRIDE_GFX_VERSION_<node>` | the HSA runtime; this crate for KFD | `major.minor.stepping` replaces the processor |
+//! | `ROCR_VISIBLE_DEVICES` | the HSA runtime; this crate for KFD | indices or UUID prefixes |
+//! | `HIP_VISIBLE_DEVICES` | this crate, for AMD devices | indices or UUIDs, as HIP reads it |
+//! | `CUDA_VISIBLE_DEVICES` | the CUDA driver | whatever the driver accepts |
 
-/// Resolves the C function `$name` from `$lib` (opened from `$path`) into a
-/// field whose type is the signature the vendor's header declares, or returns
-/// [`Reason::MissingSymbol`].
-macro_rules! resolve {
-    ($lib:expr, $path:expr, $name:literal) => {{
-        // SAFETY: the symbol is looked up by its C name and given the C
-        // signature the vendor's header declares for it (the field's type).
-        match unsafe { $lib.get(concat!($name, "\0").as_bytes()) } {
-            Ok(symbol) => *symbol,
-            Err(_) => {
-                return Err($crate::Reason::MissingSymbol {
-                    symbol: $name,
-                    library: $path.clone(),
-                })
-            }
-        }
-    }};
-}
-
+mod config;
 pub mod cuda;
 pub mod driver;
 pub mod hsa;
 pub mod kfd;
+mod library;
 pub mod overrides;
+mod report;
+pub mod visible;
 
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use offload_loader::select::DeviceTarget;
 use once_cell::sync::OnceCell;
 
-pub use driver::{load, DriverError, Module};
+pub use config::Config;
+pub use driver::{load, DriverError, Global, KernelHandle, LoadedImage, Module};
+pub use report::{Backend, BackendReport, DriverStatus, Reason, Status};
 
 /// Where a device was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
     /// `OFFLOAD_LOADER_DEVICES`.
     Override,
@@ -62,7 +74,7 @@ pub enum Source {
 }
 
 impl Source {
-    /// Its name in reports.
+    /// Its name in reports: `override`, `hsa`, `kfd`, `cuda`.
     pub fn name(self) -> &'static str {
         match self {
             Source::Override => "override",
@@ -76,337 +88,58 @@ impl Source {
 /// A GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
-    /// Index among the devices found, from 0.
+    /// Position in [`Detection::devices`], from 0.
     pub index: usize,
     /// What it runs.
     pub target: DeviceTarget,
     /// Where it was found.
     pub source: Source,
-    /// Marketing name, if known (`AMD Instinct MI210`, `NVIDIA H100`).
+    /// Marketing name, if known (`AMD Instinct MI210`, `NVIDIA H100 80GB HBM3`).
     pub name: Option<String>,
-    /// HSA agent node, KFD node or CUDA ordinal.
+    /// The HSA agent's KFD node (`HSA_AGENT_INFO_NODE`), the KFD node, the
+    /// CUDA device ordinal (after `CUDA_VISIBLE_DEVICES`), or the position in
+    /// `OFFLOAD_LOADER_DEVICES`.
     pub ordinal: u32,
-    /// PCI bus ID (CUDA).
+    /// `GPU-<16 hex digits>` for AMD GPUs that have one (HSA
+    /// `HSA_AMD_AGENT_INFO_UUID`, KFD `unique_id`).
+    pub uuid: Option<String>,
+    /// PCI bus ID, `0000:41:00.0` (CUDA).
     pub pci_bus_id: Option<String>,
-    /// CUDA driver version (1000 × major + 10 × minor).
+    /// CUDA driver version, 1000 × major + 10 × minor.
     pub driver_version: Option<u32>,
-    /// ISA names the HSA runtime reports, specific first, then generic.
+    /// ISA names the HSA runtime reports, the device's own first, then the
+    /// generic one (`amdgcn-amd-amdhsa--gfx11-generic`).
     pub isas: Vec<String>,
-    /// Whether the source could not tell the xnack/sramecc settings (KFD).
+    /// Whether the source could not tell the xnack/sramecc settings (KFD):
+    /// they are then `Any` in [`Device::target`].
     pub unknown_features: bool,
-    /// The driver handle used to load images (HSA agent handle, CUdevice).
+    /// The driver's handle for it: HSA agent handle, `CUdevice`.
     pub(crate) handle: u64,
     /// The driver that found it, used to load images.
     pub(crate) driver: driver::DriverRef,
 }
 
-/// A detection backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// `OFFLOAD_LOADER_DEVICES`.
-    Override,
-    /// The HSA runtime.
-    Hsa,
-    /// KFD sysfs.
-    Kfd,
-    /// The CUDA driver.
-    Cuda,
-}
-
-impl Backend {
-    /// Its name in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Override => "override",
-            Backend::Hsa => "hsa",
-            Backend::Kfd => "kfd",
-            Backend::Cuda => "cuda",
+impl Device {
+    pub(crate) fn new(source: Source, target: DeviceTarget, ordinal: u32) -> Device {
+        Device {
+            index: 0,
+            target,
+            source,
+            name: None,
+            ordinal,
+            uuid: None,
+            pci_bus_id: None,
+            driver_version: None,
+            isas: Vec::new(),
+            unknown_features: false,
+            handle: 0,
+            driver: driver::DriverRef::None,
         }
-    }
-}
-
-/// What a backend found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    /// It found this many devices.
-    Found(usize),
-    /// It works and found no device.
-    NoDevice,
-    /// It could not be used (library missing, init failed, ...).
-    Unavailable,
-    /// It was not asked (overridden, or HSA already answered).
-    Skipped,
-}
-
-impl Status {
-    /// Its name in reports: `found`, `no-device`, `unavailable`, `skipped`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Status::Found(_) => "found",
-            Status::NoDevice => "no-device",
-            Status::Unavailable => "unavailable",
-            Status::Skipped => "skipped",
-        }
-    }
-}
-
-/// Why a backend found nothing or could not run: one plain sentence each.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Reason {
-    /// No candidate library could be opened.
-    #[error("{library} not found ({detail})")]
-    LibraryNotFound {
-        /// The first name tried.
-        library: String,
-        /// The loader's message for the last name tried.
-        detail: String,
-    },
-    /// A required symbol is missing from the library.
-    #[error("symbol {symbol} missing from {library}")]
-    MissingSymbol {
-        /// The symbol.
-        symbol: &'static str,
-        /// The library.
-        library: PathBuf,
-    },
-    /// Initialisation failed with the driver's status.
-    #[error("{library} present, {call} failed: {status}")]
-    InitFailed {
-        /// The library.
-        library: PathBuf,
-        /// The call (`hsa_init`, `cuInit`).
-        call: &'static str,
-        /// The driver's own name and string for the status.
-        status: String,
-    },
-    /// The runtime works but reports no GPU.
-    #[error("{library} present, no GPU")]
-    NoGpu {
-        /// The library.
-        library: PathBuf,
-    },
-    /// A call after initialisation failed.
-    #[error("{call} failed: {status}")]
-    CallFailed {
-        /// The call.
-        call: &'static str,
-        /// The driver's status.
-        status: String,
-    },
-    /// The library did not return within the time limit.
-    #[error("{library} did not answer within {millis} ms; detection gave up on it")]
-    Timeout {
-        /// The library.
-        library: String,
-        /// The limit.
-        millis: u64,
-    },
-    /// The KFD topology is not there.
-    #[error("no KFD topology at {0}")]
-    NoTopology(PathBuf),
-    /// KFD names the processor only.
-    #[error("KFD reports the processor only: xnack and sramecc settings are unknown")]
-    FeaturesUnknown,
-    /// An override entry is not a valid target.
-    #[error("OFFLOAD_LOADER_DEVICES: {0}")]
-    BadOverride(String),
-    /// The backend was not consulted, and why.
-    #[error("{0}")]
-    Skipped(&'static str),
-}
-
-/// What one backend did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BackendReport {
-    /// The backend.
-    pub backend: Backend,
-    /// What it found.
-    pub status: Status,
-    /// Why, when it found nothing, or a caveat.
-    pub reason: Option<Reason>,
-}
-
-/// The devices found and what each backend said.
-#[derive(Debug, Clone, Default)]
-pub struct Detection {
-    /// The devices, in order: AMD then NVIDIA (or the override's order).
-    pub devices: Vec<Device>,
-    /// One report per backend.
-    pub backends: Vec<BackendReport>,
-}
-
-/// What detection reads from the environment, explicit so tests need not touch
-/// the process environment.
-#[derive(Debug, Clone, Default)]
-pub struct Config {
-    /// `OFFLOAD_LOADER_DEVICES`.
-    pub devices: Option<String>,
-    /// `OFFLOAD_LOADER_HSA_LIBRARY`.
-    pub hsa_library: Option<PathBuf>,
-    /// `OFFLOAD_LOADER_CUDA_LIBRARY`.
-    pub cuda_library: Option<PathBuf>,
-    /// KFD topology root (`OFFLOAD_LOADER_KFD_ROOT`), default
-    /// `/sys/devices/virtual/kfd/kfd/topology/nodes`.
-    pub kfd_root: Option<PathBuf>,
-    /// `HSA_OVERRIDE_GFX_VERSION` and its per-node forms, as (node, value).
-    pub gfx_overrides: Vec<(Option<u32>, String)>,
-    /// `ROCR_VISIBLE_DEVICES`, then `HIP_VISIBLE_DEVICES`.
-    pub amd_visible: Option<String>,
-    /// `CUDA_VISIBLE_DEVICES`.
-    pub cuda_visible: Option<String>,
-    /// How long one backend may take (`OFFLOAD_LOADER_DETECT_TIMEOUT_MS`, default 10 s).
-    pub timeout: Option<Duration>,
-    /// Run each backend on the calling thread, with no time limit. For callers
-    /// inside a constructor of a library being `dlopen`ed: there glibc holds
-    /// the loader's locks, and a new thread touching a loaded library's
-    /// thread-locals would wait for them, so the time-limited thread cannot run.
-    pub in_place: bool,
-}
-
-impl Config {
-    /// The configuration the process environment gives.
-    pub fn from_env() -> Config {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let gfx_overrides = std::env::vars()
-            .filter_map(|(k, v)| {
-                let rest = k.strip_prefix("HSA_OVERRIDE_GFX_VERSION")?;
-                match rest.strip_prefix('_') {
-                    None if rest.is_empty() => Some((None, v)),
-                    Some(node) => node.parse().ok().map(|n| (Some(n), v)),
-                    None => None,
-                }
-            })
-            .collect();
-        Config {
-            devices: var("OFFLOAD_LOADER_DEVICES"),
-            hsa_library: var("OFFLOAD_LOADER_HSA_LIBRARY").map(PathBuf::from),
-            cuda_library: var("OFFLOAD_LOADER_CUDA_LIBRARY").map(PathBuf::from),
-            kfd_root: var("OFFLOAD_LOADER_KFD_ROOT").map(PathBuf::from),
-            gfx_overrides,
-            amd_visible: var("ROCR_VISIBLE_DEVICES").or_else(|| var("HIP_VISIBLE_DEVICES")),
-            cuda_visible: var("CUDA_VISIBLE_DEVICES"),
-            timeout: var("OFFLOAD_LOADER_DETECT_TIMEOUT_MS")
-                .and_then(|v| v.parse().ok())
-                .map(Duration::from_millis),
-            in_place: false,
-        }
-    }
-}
-
-static DETECTION: OnceCell<Detection> = OnceCell::new();
-
-/// The devices of this process, detected once from the environment, each
-/// backend on a thread with a time limit.
-pub fn devices() -> &'static Detection {
-    DETECTION.get_or_init(|| detect_with(&Config::from_env()))
-}
-
-/// The same detection as [`devices`], but run on the calling thread without a
-/// time limit if it has not happened yet: for constructors that may run
-/// under the dynamic loader's lock (see [`Config::in_place`]).
-pub fn devices_in_place() -> &'static Detection {
-    DETECTION.get_or_init(|| {
-        detect_with(&Config {
-            in_place: true,
-            ..Config::from_env()
-        })
-    })
-}
-
-/// Detects devices with an explicit configuration.
-pub fn detect_with(config: &Config) -> Detection {
-    let mut detection = Detection::default();
-    if let Some(list) = &config.devices {
-        let (devices, report) = overrides::devices(list);
-        detection.devices = devices;
-        detection.backends.push(report);
-        for backend in [Backend::Hsa, Backend::Kfd, Backend::Cuda] {
-            detection.backends.push(BackendReport {
-                backend,
-                status: Status::Skipped,
-                reason: Some(Reason::Skipped("OFFLOAD_LOADER_DEVICES replaces detection")),
-            });
-        }
-        return detection;
-    }
-    let timeout = config.timeout.unwrap_or(Duration::from_secs(10));
-    let (mut amd, hsa_report) = with_timeout(
-        config.in_place,
-        timeout,
-        "the HSA runtime",
-        Backend::Hsa,
-        hsa::detect(config.hsa_library.clone()),
-    );
-    let hsa_worked = matches!(hsa_report.status, Status::Found(_) | Status::NoDevice);
-    detection.backends.push(hsa_report);
-    if hsa_worked {
-        detection.backends.push(BackendReport {
-            backend: Backend::Kfd,
-            status: Status::Skipped,
-            reason: Some(Reason::Skipped("the HSA runtime answered")),
-        });
-    } else {
-        let (kfd, report) = kfd::detect(config);
-        amd = kfd;
-        detection.backends.push(report);
-    }
-    overrides::apply_gfx_overrides(&mut amd, &config.gfx_overrides);
-    let amd = overrides::visible(amd, config.amd_visible.as_deref());
-    let (nvidia, cuda_report) = with_timeout(
-        config.in_place,
-        timeout,
-        "the CUDA driver",
-        Backend::Cuda,
-        cuda::detect(config.cuda_library.clone()),
-    );
-    detection.backends.push(cuda_report);
-    let nvidia = overrides::visible(nvidia, config.cuda_visible.as_deref());
-    detection.devices = amd.into_iter().chain(nvidia).collect();
-    for (i, d) in detection.devices.iter_mut().enumerate() {
-        d.index = i;
-    }
-    detection
-}
-
-/// Runs a backend on its own thread and gives up after `timeout`, so that a
-/// driver that hangs in its initialisation cannot hang the host program (the
-/// thread is left behind; a driver that crashes cannot be contained).
-fn with_timeout(
-    in_place: bool,
-    timeout: Duration,
-    what: &str,
-    backend: Backend,
-    run: impl FnOnce() -> (Vec<Device>, BackendReport) + Send + 'static,
-) -> (Vec<Device>, BackendReport) {
-    if in_place {
-        return run();
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name(format!("offload-detect-{}", backend.name()))
-        .spawn(move || {
-            let _ = tx.send(run());
-        });
-    let timed_out = || {
-        (
-            Vec::new(),
-            BackendReport {
-                backend,
-                status: Status::Unavailable,
-                reason: Some(Reason::Timeout {
-                    library: what.into(),
-                    millis: timeout.as_millis() as u64,
-                }),
-            },
-        )
-    };
-    match spawned {
-        Ok(_) => rx.recv_timeout(timeout).unwrap_or_else(|_| timed_out()),
-        Err(_) => timed_out(),
     }
 }
 
 impl fmt::Display for Device {
+    /// `gfx90a:sramecc+:xnack- (hsa) AMD Instinct MI210`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ({})", self.target, self.source.name())?;
         if let Some(name) = &self.name {
@@ -416,25 +149,205 @@ impl fmt::Display for Device {
     }
 }
 
-/// Opens the first library of `candidates` that loads.
-pub(crate) fn open_library(
-    candidates: &[PathBuf],
-) -> Result<(libloading::Library, PathBuf), Reason> {
-    let mut last = String::new();
-    for path in candidates {
-        // SAFETY: loading a driver library runs its initialisers; these are the
-        // vendor's runtime libraries (or the path the user named), loaded as
-        // the vendor's own runtimes load them.
-        match unsafe { libloading::Library::new(path) } {
-            Ok(lib) => return Ok((lib, path.clone())),
-            Err(e) => last = e.to_string(),
+/// The devices found and what each backend said.
+#[derive(Debug, Clone, Default)]
+pub struct Detection {
+    /// The devices: AMD then NVIDIA, or the override's order.
+    pub devices: Vec<Device>,
+    /// One report per backend, in the order they were consulted:
+    /// `override` (only when set), `hsa`, `kfd`, `cuda`.
+    pub backends: Vec<BackendReport>,
+}
+
+impl Detection {
+    /// What `backend` said, if it is listed.
+    pub fn backend(&self, backend: Backend) -> Option<&BackendReport> {
+        self.backends.iter().find(|r| r.backend == backend)
+    }
+}
+
+static DETECTION: OnceCell<Detection> = OnceCell::new();
+
+/// The devices of this process, detected once from the environment
+/// ([`Config::from_env`]), each driver on a thread with a time limit.
+pub fn devices() -> &'static Detection {
+    DETECTION.get_or_init(|| detect_with(&Config::from_env()))
+}
+
+/// The same detection as [`devices`], run on the calling thread without a
+/// time limit if it has not happened yet: for constructors that may run under
+/// the dynamic loader's lock (see [`Config::in_place`]).
+pub fn devices_in_place() -> &'static Detection {
+    DETECTION.get_or_init(|| {
+        detect_with(&Config {
+            in_place: true,
+            ..Config::from_env()
+        })
+    })
+}
+
+/// Detects devices with an explicit configuration (tests, tools). Drivers
+/// still read their own variables (`ROCR_VISIBLE_DEVICES`,
+/// `CUDA_VISIBLE_DEVICES`, `HSA_OVERRIDE_GFX_VERSION`) from the process
+/// environment.
+pub fn detect_with(config: &Config) -> Detection {
+    let mut detection = Detection::default();
+    if let Some(list) = &config.devices {
+        let (devices, report) = overrides::devices(list);
+        tracing::debug!(%report, "OFFLOAD_LOADER_DEVICES");
+        detection.devices = devices;
+        detection.backends.push(report);
+        for backend in [Backend::Hsa, Backend::Kfd, Backend::Cuda] {
+            detection.backends.push(BackendReport::new(
+                backend,
+                Status::Skipped,
+                Some(Reason::Skipped("OFFLOAD_LOADER_DEVICES replaces detection")),
+            ));
+        }
+        return detection;
+    }
+    let timeout = config.timeout.unwrap_or(Duration::from_secs(10));
+
+    // AMD: HSA, else KFD; then HIP_VISIBLE_DEVICES.
+    let (amd, mut hsa_report) = match hsa::open(config.hsa_library.clone()) {
+        Ok(api) => on_thread(
+            config.in_place,
+            timeout,
+            "the HSA runtime",
+            Backend::Hsa,
+            move || hsa::detect(api),
+        ),
+        Err(reason) => (
+            Vec::new(),
+            BackendReport::new(Backend::Hsa, Status::Unavailable, Some(reason)),
+        ),
+    };
+    let hsa_answered = matches!(hsa_report.status, Status::Found(_) | Status::NoDevice);
+    let (mut amd, mut kfd_report) = if hsa_answered {
+        let skipped = Reason::Skipped("the HSA runtime answered");
+        (
+            amd,
+            BackendReport::new(Backend::Kfd, Status::Skipped, Some(skipped)),
+        )
+    } else {
+        kfd::detect(config)
+    };
+    if let Some(list) = &config.hip_visible {
+        let report = if hsa_answered {
+            &mut hsa_report
+        } else {
+            &mut kfd_report
+        };
+        amd = apply_visible(amd, report, "HIP_VISIBLE_DEVICES", list, visible::hip);
+    }
+    detection.backends.push(hsa_report);
+    detection.backends.push(kfd_report);
+
+    // NVIDIA.
+    let (nvidia, cuda_report) = match cuda::open(config.cuda_library.clone()) {
+        Ok(api) => on_thread(
+            config.in_place,
+            timeout,
+            "the CUDA driver",
+            Backend::Cuda,
+            move || cuda::detect(api),
+        ),
+        Err(reason) => (
+            Vec::new(),
+            BackendReport::new(Backend::Cuda, Status::Unavailable, Some(reason)),
+        ),
+    };
+    detection.backends.push(cuda_report);
+
+    detection.devices = amd.into_iter().chain(nvidia).collect();
+    for (i, d) in detection.devices.iter_mut().enumerate() {
+        d.index = i;
+    }
+    for report in &detection.backends {
+        tracing::debug!(%report, "detection");
+    }
+    detection
+}
+
+/// Applies a visible-devices list and keeps the backend's report in step: the
+/// count after filtering, and a reason when nothing is left.
+fn apply_visible(
+    devices: Vec<Device>,
+    report: &mut BackendReport,
+    variable: &'static str,
+    list: &str,
+    filter: fn(Vec<Device>, &str) -> Vec<Device>,
+) -> Vec<Device> {
+    let found = devices.len();
+    if found == 0 {
+        return devices;
+    }
+    let devices = filter(devices, list);
+    report.status = if devices.is_empty() {
+        report.reason = Some(Reason::AllHidden {
+            variable,
+            value: list.into(),
+            found,
+        });
+        Status::NoDevice
+    } else {
+        Status::Found(devices.len())
+    };
+    devices
+}
+
+/// Runs a backend on its own thread and gives up after `timeout`, so that a
+/// driver that hangs in its initialisation cannot hang the host program (the
+/// thread is left behind; a driver that crashes cannot be contained). With
+/// `in_place`, runs it on the calling thread.
+fn on_thread(
+    in_place: bool,
+    timeout: Duration,
+    what: &str,
+    backend: Backend,
+    run: impl FnOnce() -> (Vec<Device>, BackendReport) + Send + 'static,
+) -> (Vec<Device>, BackendReport) {
+    if in_place {
+        return run();
+    }
+    // The job is shared so that it can still run here if no thread can be
+    // started.
+    let job = std::sync::Arc::new(std::sync::Mutex::new(Some(run)));
+    let take =
+        |job: &std::sync::Mutex<Option<_>>| job.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let for_thread = job.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("offload-detect-{}", backend.name()))
+        .spawn(move || {
+            if let Some(run) = take(&for_thread) {
+                let _ = tx.send(run());
+            }
+        });
+    match spawned {
+        Ok(_) => rx.recv_timeout(timeout).unwrap_or_else(|_| {
+            let reason = Reason::Timeout {
+                library: what.into(),
+                millis: timeout.as_millis() as u64,
+            };
+            (
+                Vec::new(),
+                BackendReport::new(backend, Status::Unavailable, Some(reason)),
+            )
+        }),
+        Err(e) => {
+            tracing::debug!(error = %e, "no detection thread; detecting in place");
+            match take(&job) {
+                Some(run) => run(),
+                None => (
+                    Vec::new(),
+                    BackendReport::new(
+                        backend,
+                        Status::Unavailable,
+                        Some(Reason::Skipped("no detection thread could be started")),
+                    ),
+                ),
+            }
         }
     }
-    Err(Reason::LibraryNotFound {
-        library: candidates
-            .first()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default(),
-        detail: last,
-    })
 }

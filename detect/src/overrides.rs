@@ -1,119 +1,113 @@
-//! What the environment says instead of, or on top of, the drivers:
-//! `OFFLOAD_LOADER_DEVICES`, `HSA_OVERRIDE_GFX_VERSION` (and its per-node form
-//! `HSA_OVERRIDE_GFX_VERSION_<node>`, as ROCR-Runtime's topology code reads
-//! them: `major.minor.stepping` in decimal), and the visible-devices lists.
+//! What the environment says instead of the drivers: `OFFLOAD_LOADER_DEVICES`
+//! and `HSA_OVERRIDE_GFX_VERSION`.
 
 use offload_loader::select::DeviceTarget;
-use offload_loader::target::{Processor, TargetId};
+use offload_loader::target::{ArchVariant, NvArch, Processor, TargetId};
 
 use crate::{Backend, BackendReport, Device, Reason, Source, Status};
 
-/// Devices from `OFFLOAD_LOADER_DEVICES` (comma-separated targets). One invalid
-/// entry makes the whole override fail, with no devices: a typo must not
-/// silently fall back to detection.
+/// Devices from `OFFLOAD_LOADER_DEVICES`: comma-separated device targets, an
+/// AMDGPU target ID whose features are the device's settings
+/// (`gfx90a:sramecc+:xnack-`; a feature left out is unknown) or an NVIDIA
+/// `sm_XY`. The list replaces detection entirely: no driver is loaded, and the
+/// devices cannot load images.
+///
+/// One invalid entry makes the whole override fail: the report names the
+/// entry and no device is returned. Falling back to detection would silently
+/// hide a typo; running on fewer devices than asked would too.
 pub(crate) fn devices(list: &str) -> (Vec<Device>, BackendReport) {
-    let parsed: Result<Vec<DeviceTarget>, String> = list
+    let parsed: Result<Vec<DeviceTarget>, Reason> = list
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| DeviceTarget::parse(s).map_err(|e| format!("`{s}`: {e}")))
+        .map(|entry| {
+            parse_device(entry).map_err(|detail| Reason::BadOverride {
+                entry: entry.into(),
+                detail,
+            })
+        })
         .collect();
+    let report = |status, reason| BackendReport::new(Backend::Override, status, reason);
     match parsed {
+        Ok(targets) if targets.is_empty() => (
+            Vec::new(),
+            report(Status::NoDevice, Some(Reason::EmptyOverride)),
+        ),
         Ok(targets) => {
             let devices: Vec<Device> = targets
                 .into_iter()
                 .enumerate()
-                .map(|(index, target)| Device {
-                    index,
-                    target,
-                    source: Source::Override,
-                    name: None,
-                    ordinal: index as u32,
-                    pci_bus_id: None,
-                    driver_version: None,
-                    isas: Vec::new(),
-                    unknown_features: false,
-                    handle: 0,
-                    driver: crate::driver::DriverRef::None,
+                .map(|(i, target)| Device {
+                    index: i,
+                    ..Device::new(Source::Override, target, i as u32)
                 })
                 .collect();
-            let status = if devices.is_empty() {
-                Status::NoDevice
-            } else {
-                Status::Found(devices.len())
-            };
-            let report = BackendReport {
-                backend: Backend::Override,
-                status,
-                reason: None,
-            };
-            (devices, report)
+            let n = devices.len();
+            (devices, report(Status::Found(n), None))
         }
-        Err(e) => (
-            Vec::new(),
-            BackendReport {
-                backend: Backend::Override,
-                status: Status::Unavailable,
-                reason: Some(Reason::BadOverride(e)),
-            },
-        ),
+        Err(reason) => (Vec::new(), report(Status::Unavailable, Some(reason))),
     }
 }
 
-/// Parses `HSA_OVERRIDE_GFX_VERSION`'s `major.minor.stepping`.
-pub fn parse_gfx_version(value: &str) -> Option<&'static Processor> {
-    let mut parts = value.trim().split('.').map(|p| p.parse::<u8>().ok());
-    let version = (parts.next()??, parts.next()??, parts.next()??);
+/// One device as a person writes it. Code-only names are refused with the
+/// name of the device to write instead: `sm_90a`/`sm_100f` (code for exactly
+/// one capability or a family), `compute_80` (PTX), `gfx11-generic` (code for
+/// a family of processors).
+pub fn parse_device(entry: &str) -> Result<DeviceTarget, String> {
+    if entry.starts_with("sm_") || entry.starts_with("compute_") {
+        let arch = NvArch::parse(entry).map_err(|e| e.to_string())?;
+        if entry.starts_with("compute_") || arch.variant != ArchVariant::Base {
+            return Err(format!(
+                "names code, not a device: write the device's compute capability, {}",
+                arch.capability
+            ));
+        }
+        return Ok(DeviceTarget::Nvidia {
+            capability: arch.capability,
+            max_ptx: None,
+        });
+    }
+    let id = TargetId::parse(entry).map_err(|e| e.to_string())?;
+    if id.processor.is_generic() {
+        return Err(format!(
+            "{} is a generic target: it names code for a family of processors, not a device",
+            id.processor.name
+        ));
+    }
+    Ok(DeviceTarget::Amdgpu(id))
+}
+
+/// Parses an `HSA_OVERRIDE_GFX_VERSION` value as libhsakmt does
+/// (ROCR-Runtime `libhsakmt/src/topology.c`, `topology_sysfs_get_node_props`):
+/// `sscanf(value, "%u.%u.%u%c") == 3`, so exactly three decimal numbers and
+/// nothing after them, with major ≤ 63 and minor, stepping ≤ 255. libhsakmt
+/// fails the whole topology (and so `hsa_init`) on anything else.
+pub fn parse_gfx_version(value: &str) -> Result<(u8, u8, u8), &'static str> {
+    const FORMAT: &str = "is not major.minor.stepping (three decimal numbers)";
+    let mut parts = value.split('.');
+    let mut number = |max: u32| -> Result<u8, &'static str> {
+        let part = parts.next().ok_or(FORMAT)?;
+        // `%u` skips leading white space.
+        let digits = part.trim_start();
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(FORMAT);
+        }
+        match digits.parse::<u32>() {
+            Ok(n) if n <= max => Ok(n as u8),
+            _ => Err("is out of range (major at most 63, minor and stepping at most 255)"),
+        }
+    };
+    let version = (number(63)?, number(255)?, number(255)?);
     if parts.next().is_some() {
-        return None;
+        return Err(FORMAT);
     }
-    Processor::from_isa_version(version)
+    Ok(version)
 }
 
-/// Replaces the processor of AMD devices as `HSA_OVERRIDE_GFX_VERSION` says
-/// (the per-node form wins for its node); feature settings are kept when the
-/// new processor has the feature.
-pub(crate) fn apply_gfx_overrides(devices: &mut [Device], overrides: &[(Option<u32>, String)]) {
-    for device in devices {
-        let DeviceTarget::Amdgpu(id) = device.target else {
-            continue;
-        };
-        let value = overrides
-            .iter()
-            .find(|(node, _)| *node == Some(device.ordinal))
-            .or_else(|| overrides.iter().find(|(node, _)| node.is_none()));
-        let Some((_, value)) = value else { continue };
-        match parse_gfx_version(value) {
-            Some(processor) => {
-                let mut new = TargetId::new(processor);
-                for feature in offload_loader::target::Feature::ALL {
-                    new = new.with(feature, id.setting(feature));
-                }
-                device.target = DeviceTarget::Amdgpu(new);
-            }
-            None => tracing::warn!(
-                value,
-                "HSA_OVERRIDE_GFX_VERSION names no known processor; ignored"
-            ),
-        }
-    }
-}
-
-/// Keeps the devices a `*_VISIBLE_DEVICES` list names, in its order: indices
-/// among this vendor's devices, comma-separated; like the runtimes, the list
-/// stops at the first entry that is not a valid index (UUIDs are not matched).
-/// An empty list hides every device.
-pub(crate) fn visible(devices: Vec<Device>, list: Option<&str>) -> Vec<Device> {
-    let Some(list) = list else { return devices };
-    let mut out = Vec::new();
-    for entry in list.split(',').map(str::trim) {
-        match entry.parse::<usize>().ok().and_then(|i| devices.get(i)) {
-            Some(d) if !out.iter().any(|o: &Device| o.ordinal == d.ordinal) => out.push(d.clone()),
-            Some(_) => {}
-            None => break,
-        }
-    }
-    out
+/// The processor an `HSA_OVERRIDE_GFX_VERSION` value names.
+pub fn gfx_override_processor(value: &str) -> Result<&'static Processor, &'static str> {
+    let version = parse_gfx_version(value)?;
+    Processor::from_isa_version(version).ok_or("names no processor LLVM 22 knows")
 }
 
 #[cfg(test)]
@@ -126,30 +120,54 @@ mod tests {
         assert_eq!(r.status, Status::Found(2));
         assert_eq!(d[0].target.to_string(), "gfx90a:sramecc+:xnack-");
         assert_eq!(d[1].target.to_string(), "sm_80");
+        assert_eq!(d[1].source, Source::Override);
+        assert_eq!((d[1].index, d[1].ordinal), (1, 1));
         let (d, r) = devices("gfx90a,gfx9999");
         assert!(d.is_empty());
+        assert_eq!(r.status, Status::Unavailable);
         assert_eq!(
             r.reason.unwrap().to_string(),
             "OFFLOAD_LOADER_DEVICES: `gfx9999`: unknown AMDGPU processor `gfx9999`"
         );
+        let (_, r) = devices(" , ");
+        assert_eq!(r.status, Status::NoDevice);
     }
 
     #[test]
-    fn gfx_override_and_visibility() {
-        let (mut d, _) = devices("gfx1030,gfx90a:xnack+,gfx1100");
-        for (i, dev) in d.iter_mut().enumerate() {
-            dev.ordinal = i as u32 + 1;
-        }
-        apply_gfx_overrides(
-            &mut d,
-            &[(None, "10.3.0".into()), (Some(2), "9.0.8".into())],
+    fn code_names_are_not_devices() {
+        let e = |s| parse_device(s).unwrap_err();
+        assert_eq!(
+            e("sm_90a"),
+            "names code, not a device: write the device's compute capability, sm_90"
         );
-        let t: Vec<String> = d.iter().map(|d| d.target.to_string()).collect();
-        assert_eq!(t, ["gfx1030", "gfx908:xnack+", "gfx1030"]);
-        let v = visible(d.clone(), Some("2,0,x,1"));
-        assert_eq!(v.len(), 2);
-        assert_eq!(v[0].ordinal, 3);
-        assert!(visible(d, Some("")).is_empty());
-        assert!(parse_gfx_version("9.0").is_none());
+        assert!(e("sm_100f").ends_with("sm_100"));
+        assert!(e("compute_80").ends_with("sm_80"));
+        assert_eq!(
+            e("gfx11-generic"),
+            "gfx11-generic is a generic target: it names code for a family of processors, not a device"
+        );
+        assert_eq!(
+            e("gfx1100:xnack+"),
+            "processor gfx1100 does not support xnack"
+        );
+        assert!(parse_device("sm_120").is_ok());
+    }
+
+    #[test]
+    fn gfx_versions() {
+        assert_eq!(parse_gfx_version("10.3.0"), Ok((10, 3, 0)));
+        assert_eq!(parse_gfx_version("9.0.10"), Ok((9, 0, 10)));
+        assert_eq!(parse_gfx_version(" 9. 0.8"), Ok((9, 0, 8)));
+        for bad in ["9.0", "9.0.8.1", "9.0.8 ", "9.0.x", "", "gfx90a", "9.0.-1"] {
+            assert!(parse_gfx_version(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_gfx_version("64.0.0")
+            .unwrap_err()
+            .contains("out of range"));
+        assert_eq!(gfx_override_processor("9.0.10").unwrap().name, "gfx90a");
+        assert_eq!(
+            gfx_override_processor("9.9.9").unwrap_err(),
+            "names no processor LLVM 22 knows"
+        );
     }
 }

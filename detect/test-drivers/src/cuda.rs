@@ -1,0 +1,380 @@
+//! The CUDA half: `cu*` symbols with cuda.h's signatures. `CUdevice` values
+//! are physical indices (before `CUDA_VISIBLE_DEVICES`), contexts are
+//! `0x1000 + device`.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::Mutex;
+
+use crate::{env, env_num, find_name, fnv, log_call, log_load, visible, write};
+
+const SUCCESS: c_int = 0;
+const INVALID_VALUE: c_int = 1;
+const NOT_INITIALIZED: c_int = 3;
+const INVALID_DEVICE: c_int = 101;
+const INVALID_CONTEXT: c_int = 201;
+const INVALID_HANDLE: c_int = 400;
+const NOT_FOUND: c_int = 500;
+const CONTEXT_BASE: usize = 0x1000;
+
+struct DeviceSpec {
+    major: c_int,
+    minor: c_int,
+    name: String,
+}
+
+fn all_devices() -> Vec<DeviceSpec> {
+    env("FAKE_CUDA_DEVICES")
+        .map(|s| {
+            s.split(';')
+                .filter_map(|d| {
+                    let (cc, name) = d.split_once(':').unwrap_or((d, "Fake NVIDIA GPU"));
+                    let (major, minor) = cc.split_once('.')?;
+                    Some(DeviceSpec {
+                        major: major.trim().parse().ok()?,
+                        minor: minor.trim().parse().ok()?,
+                        name: name.to_string(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Physical indices in ordinal order, after `CUDA_VISIBLE_DEVICES`.
+fn ordinals() -> Vec<usize> {
+    visible("CUDA_VISIBLE_DEVICES", all_devices().len())
+}
+
+fn device(dev: c_int) -> Option<DeviceSpec> {
+    let dev = usize::try_from(dev).ok()?;
+    ordinals()
+        .contains(&dev)
+        .then(|| all_devices().into_iter().nth(dev))?
+}
+
+thread_local! {
+    /// The device of the context current on this thread.
+    static CURRENT: Cell<Option<c_int>> = const { Cell::new(None) };
+}
+
+/// Images loaded by `cuModuleLoadData`, by module handle - 1.
+static MODULES: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+static INITIALISED: Mutex<bool> = Mutex::new(false);
+
+fn initialised() -> bool {
+    *INITIALISED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[no_mangle]
+pub extern "C" fn cuInit(_flags: c_uint) -> c_int {
+    match env_num("FAKE_CUDA_INIT") {
+        Some(r) if r != 0 => r as c_int,
+        _ => {
+            *INITIALISED.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            SUCCESS
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> c_int {
+    if v.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: an out-pointer (works before cuInit, as in the real driver).
+    unsafe { *v = env_num("FAKE_CUDA_DRIVER_VERSION").unwrap_or(12040) as c_int };
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> c_int {
+    if !initialised() {
+        return NOT_INITIALIZED;
+    }
+    // SAFETY: an out-pointer.
+    unsafe { write(n.cast(), ordinals().len() as c_int) };
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGet(d: *mut c_int, ordinal: c_int) -> c_int {
+    if !initialised() {
+        return NOT_INITIALIZED;
+    }
+    let Some(physical) = usize::try_from(ordinal)
+        .ok()
+        .and_then(|o| ordinals().get(o).copied())
+    else {
+        return INVALID_DEVICE;
+    };
+    // SAFETY: an out-pointer.
+    unsafe { write(d.cast(), physical as c_int) };
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    v: *mut c_int,
+    attribute: c_int,
+    dev: c_int,
+) -> c_int {
+    let Some(spec) = device(dev) else {
+        return INVALID_DEVICE;
+    };
+    let value = match attribute {
+        75 => spec.major,
+        76 => spec.minor,
+        _ => return INVALID_VALUE,
+    };
+    // SAFETY: an out-pointer.
+    unsafe { write(v.cast(), value) };
+    SUCCESS
+}
+
+unsafe fn copy_c(buf: *mut c_char, len: c_int, text: &str) -> c_int {
+    if buf.is_null() || len <= 0 {
+        return INVALID_VALUE;
+    }
+    let n = text.len().min(len as usize - 1);
+    // SAFETY: the caller's buffer of `len` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+        *buf.add(n) = 0;
+    }
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetName(buf: *mut c_char, len: c_int, dev: c_int) -> c_int {
+    match device(dev) {
+        // SAFETY: the caller's buffer.
+        Some(spec) => unsafe { copy_c(buf, len, &spec.name) },
+        None => INVALID_DEVICE,
+    }
+}
+
+/// Left out of the `missing-symbol` build.
+#[cfg_attr(not(feature = "missing-symbol"), no_mangle)]
+#[cfg_attr(feature = "missing-symbol", allow(dead_code, non_snake_case))]
+pub unsafe extern "C" fn cuDeviceGetPCIBusId(buf: *mut c_char, len: c_int, dev: c_int) -> c_int {
+    match device(dev) {
+        // SAFETY: the caller's buffer.
+        Some(_) => unsafe { copy_c(buf, len, &format!("0000:{:02x}:00.0", dev + 0x41)) },
+        None => INVALID_DEVICE,
+    }
+}
+
+fn error_text(r: c_int) -> (&'static CStr, &'static CStr) {
+    match r {
+        0 => (c"CUDA_SUCCESS", c"no error"),
+        1 => (c"CUDA_ERROR_INVALID_VALUE", c"invalid argument"),
+        3 => (c"CUDA_ERROR_NOT_INITIALIZED", c"initialization error"),
+        34 => (c"CUDA_ERROR_STUB_LIBRARY", c"CUDA driver is a stub library"),
+        100 => (
+            c"CUDA_ERROR_NO_DEVICE",
+            c"no CUDA-capable device is detected",
+        ),
+        101 => (c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
+        200 => (
+            c"CUDA_ERROR_INVALID_IMAGE",
+            c"device kernel image is invalid",
+        ),
+        201 => (c"CUDA_ERROR_INVALID_CONTEXT", c"invalid device context"),
+        209 => (
+            c"CUDA_ERROR_NO_BINARY_FOR_GPU",
+            c"no kernel image is available for execution on the device",
+        ),
+        218 => (c"CUDA_ERROR_INVALID_PTX", c"a PTX JIT compilation failed"),
+        222 => (
+            c"CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+            c"the provided PTX was compiled with an unsupported toolchain.",
+        ),
+        400 => (c"CUDA_ERROR_INVALID_HANDLE", c"invalid resource handle"),
+        500 => (c"CUDA_ERROR_NOT_FOUND", c"named symbol not found"),
+        _ => (c"CUDA_ERROR_UNKNOWN", c"unknown error"),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorString(r: c_int, out: *mut *const c_char) -> c_int {
+    // SAFETY: an out-pointer for a static string.
+    unsafe { write(out.cast(), error_text(r).1.as_ptr()) };
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorName(r: c_int, out: *mut *const c_char) -> c_int {
+    // SAFETY: an out-pointer for a static string.
+    unsafe { write(out.cast(), error_text(r).0.as_ptr()) };
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: c_int) -> c_int {
+    if device(dev).is_none() {
+        return INVALID_DEVICE;
+    }
+    log_call(format!("cuDevicePrimaryCtxRetain {dev}"));
+    // SAFETY: an out-pointer.
+    unsafe { write(ctx.cast(), (CONTEXT_BASE + dev as usize) as *mut c_void) };
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxRelease(dev: c_int) -> c_int {
+    if device(dev).is_none() {
+        return INVALID_DEVICE;
+    }
+    log_call(format!("cuDevicePrimaryCtxRelease {dev}"));
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> c_int {
+    let dev = (ctx as usize).checked_sub(CONTEXT_BASE).map(|d| d as c_int);
+    match dev {
+        Some(d) if device(d).is_some() => {
+            CURRENT.with(|c| c.set(Some(d)));
+            SUCCESS
+        }
+        _ if ctx.is_null() => {
+            CURRENT.with(|c| c.set(None));
+            SUCCESS
+        }
+        _ => INVALID_CONTEXT,
+    }
+}
+
+/// The size of a cubin (its headers end it) or of NUL-terminated PTX, read the
+/// way the real driver must: from the image alone.
+unsafe fn image_size(p: *const u8) -> usize {
+    // SAFETY: the caller passes a complete image; an ELF has a 64-byte header.
+    unsafe {
+        if std::slice::from_raw_parts(p, 4) == b"\x7fELF" {
+            let h = std::slice::from_raw_parts(p, 64);
+            let field = |o: usize, n: usize| {
+                h[o..o + n]
+                    .iter()
+                    .rev()
+                    .fold(0usize, |v, &b| (v << 8) | b as usize)
+            };
+            let ph = field(32, 8) + field(54, 2) * field(56, 2);
+            let sh = field(40, 8) + field(58, 2) * field(60, 2);
+            ph.max(sh).max(64)
+        } else {
+            CStr::from_ptr(p.cast()).to_bytes().len() + 1
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> c_int {
+    let Some(dev) = CURRENT.with(Cell::get) else {
+        return INVALID_CONTEXT;
+    };
+    if let Some(r) = env_num("FAKE_CUDA_LOAD_ERROR") {
+        return r as c_int;
+    }
+    if module.is_null() || image.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: a complete image (cuda.h: the driver reads it without a size).
+    let bytes = unsafe {
+        let size = image_size(image.cast());
+        std::slice::from_raw_parts(image.cast::<u8>(), size).to_vec()
+    };
+    let Some(spec) = device(dev) else {
+        return INVALID_CONTEXT;
+    };
+    log_load(format!(
+        "cuda load sm_{}{} {} {:016x}",
+        spec.major,
+        spec.minor,
+        bytes.len(),
+        fnv(&bytes)
+    ));
+    let mut modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    modules.push(bytes);
+    // SAFETY: an out-pointer.
+    unsafe { *module = modules.len() as *mut c_void };
+    SUCCESS
+}
+
+/// Where `name` appears in PTX text as a whole identifier.
+fn find_identifier(text: &[u8], name: &[u8]) -> Option<usize> {
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$';
+    if name.is_empty() {
+        return None;
+    }
+    text.windows(name.len()).enumerate().find_map(|(i, w)| {
+        let before = i.checked_sub(1).map(|j| text[j]);
+        let after = text.get(i + name.len()).copied();
+        (w == name && !before.is_some_and(ident) && !after.is_some_and(ident)).then_some(i)
+    })
+}
+
+unsafe fn module_symbol(module: *mut c_void, name: *const c_char) -> Result<u64, c_int> {
+    if name.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    let modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    let image = modules
+        .get((module as usize).wrapping_sub(1))
+        .ok_or(INVALID_HANDLE)?;
+    // SAFETY: a NUL-terminated name (cuda.h).
+    let name = unsafe { CStr::from_ptr(name) };
+    let name = name.to_bytes();
+    let offset = if image.starts_with(b"\x7fELF") {
+        find_name(image, name)
+    } else {
+        find_identifier(image, name)
+    };
+    offset
+        .map(|o| ((module as u64) << 32) | o as u64)
+        .ok_or(NOT_FOUND)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetFunction(
+    f: *mut *mut c_void,
+    module: *mut c_void,
+    name: *const c_char,
+) -> c_int {
+    // SAFETY: the caller's module handle and name.
+    match unsafe { module_symbol(module, name) } {
+        Ok(h) => {
+            // SAFETY: an out-pointer.
+            unsafe { write(f.cast(), (0x5f00_0000_0000u64 + h) as *mut c_void) };
+            SUCCESS
+        }
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetGlobal_v2(
+    address: *mut u64,
+    size: *mut usize,
+    module: *mut c_void,
+    name: *const c_char,
+) -> c_int {
+    // SAFETY: the caller's module handle and name.
+    match unsafe { module_symbol(module, name) } {
+        Ok(h) => {
+            // SAFETY: out-pointers, either may be null (cuda.h).
+            unsafe {
+                write(address.cast(), 0x4f00_0000_0000u64 + h);
+                write(size.cast(), 4usize);
+            }
+            SUCCESS
+        }
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuModuleUnload(module: *mut c_void) -> c_int {
+    log_call(format!("cuModuleUnload {}", module as usize));
+    SUCCESS
+}

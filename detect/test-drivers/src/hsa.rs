@@ -1,0 +1,379 @@
+//! The HSA half: `hsa_*` symbols with hsa.h's signatures (handles are
+//! `struct { uint64_t }`, passed as `u64`).
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use crate::{env, env_num, find_name, fnv, log_call, log_load, visible, write};
+
+const SUCCESS: u32 = 0;
+const INVALID_ARGUMENT: u32 = 0x1001;
+const NOT_INITIALIZED: u32 = 0x100B;
+const INVALID_CODE_OBJECT: u32 = 0x1010;
+const INVALID_SYMBOL_NAME: u32 = 0x1013;
+const CPU_AGENT: u64 = 1;
+const FIRST_GPU: u64 = 100;
+
+/// `hsa_init` minus `hsa_shut_down` calls.
+static INIT_COUNT: AtomicU32 = AtomicU32::new(0);
+
+/// One `FAKE_HSA_AGENTS` entry.
+#[derive(Clone)]
+struct AgentSpec {
+    isas: Vec<String>,
+    name: Option<String>,
+}
+
+impl AgentSpec {
+    fn target_id(&self) -> &str {
+        self.isas.first().map_or("", String::as_str)
+    }
+}
+
+fn all_agents() -> Vec<AgentSpec> {
+    env("FAKE_HSA_AGENTS")
+        .map(|s| {
+            s.split(';')
+                .filter(|a| !a.is_empty())
+                .map(|a| {
+                    let (isas, name) = match a.split_once('=') {
+                        Some((isas, name)) => (isas, Some(name.to_string())),
+                        None => (a, None),
+                    };
+                    AgentSpec {
+                        isas: isas.split('|').map(String::from).collect(),
+                        name,
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The spec of a GPU agent handle (`FIRST_GPU` + physical index).
+fn agent(handle: u64) -> Option<AgentSpec> {
+    let index = usize::try_from(handle.checked_sub(FIRST_GPU)?).ok()?;
+    all_agents().get(index).cloned()
+}
+
+fn initialised() -> bool {
+    INIT_COUNT.load(Ordering::SeqCst) > 0
+}
+
+/// Images handed to `hsa_code_object_reader_create_from_memory`, by reader handle - 1.
+static READERS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+/// Executables: the reader loaded into each (0 = none), by handle - 1.
+static EXECUTABLES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+#[no_mangle]
+pub extern "C" fn hsa_init() -> u32 {
+    if let Some(ms) = env_num("FAKE_HSA_HANG_MS") {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    log_call("hsa_init".into());
+    match env_num("FAKE_HSA_INIT_STATUS") {
+        Some(status) if status != 0 => status as u32,
+        _ => {
+            INIT_COUNT.fetch_add(1, Ordering::SeqCst);
+            SUCCESS
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_shut_down() -> u32 {
+    log_call("hsa_shut_down".into());
+    match INIT_COUNT.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)) {
+        Ok(_) => SUCCESS,
+        Err(_) => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_status_string(status: u32, out: *mut *const c_char) -> u32 {
+    let text: &'static CStr = match status {
+        0 => c"HSA_STATUS_SUCCESS: The function has been executed successfully.",
+        0x1001 => c"HSA_STATUS_ERROR_INVALID_ARGUMENT: One of the actual arguments does not meet a precondition. (fake)",
+        0x1008 => c"HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources. (fake)",
+        0x100B => c"HSA_STATUS_ERROR_NOT_INITIALIZED: An API other than hsa_init has been invoked while the reference count of the HSA runtime is 0. (fake)",
+        0x1010 => c"HSA_STATUS_ERROR_INVALID_CODE_OBJECT: The code object is invalid. (fake)",
+        0x1013 => c"HSA_STATUS_ERROR_INVALID_SYMBOL_NAME: There is no symbol with the given name. (fake)",
+        _ => c"HSA_STATUS_ERROR: A generic error has occurred. (fake)",
+    };
+    if out.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: `out` points to a `const char*` (hsa.h).
+    unsafe { *out = text.as_ptr() };
+    SUCCESS
+}
+
+type Callback = unsafe extern "C" fn(u64, *mut c_void) -> u32;
+
+/// Left out of the `missing-symbol` build.
+#[cfg_attr(not(feature = "missing-symbol"), no_mangle)]
+#[cfg_attr(feature = "missing-symbol", allow(dead_code, non_snake_case))]
+pub unsafe extern "C" fn hsa_iterate_agents(cb: Callback, data: *mut c_void) -> u32 {
+    if !initialised() {
+        return NOT_INITIALIZED;
+    }
+    let gpus = visible("ROCR_VISIBLE_DEVICES", all_agents().len());
+    let handles = std::iter::once(CPU_AGENT).chain(gpus.into_iter().map(|i| FIRST_GPU + i as u64));
+    for handle in handles {
+        // SAFETY: the caller's callback, with its own data pointer.
+        let s = unsafe { cb(handle, data) };
+        if s != SUCCESS {
+            return s;
+        }
+    }
+    SUCCESS
+}
+
+unsafe fn write_string(value: *mut c_void, capacity: usize, text: &str) {
+    let n = text.len().min(capacity - 1);
+    let out = value.cast::<u8>();
+    // SAFETY: the caller passes a buffer of `capacity` bytes (hsa.h).
+    unsafe {
+        std::ptr::write_bytes(out, 0, capacity);
+        std::ptr::copy_nonoverlapping(text.as_ptr(), out, n);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_agent_get_info(
+    handle: u64,
+    attribute: u32,
+    value: *mut c_void,
+) -> u32 {
+    if !initialised() {
+        return NOT_INITIALIZED;
+    }
+    if value.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let spec = if handle == CPU_AGENT {
+        None
+    } else {
+        match agent(handle) {
+            Some(spec) => Some(spec),
+            None => return INVALID_ARGUMENT,
+        }
+    };
+    // SAFETY (all arms): `value` points to storage of the attribute's type
+    // (hsa.h, hsa_ext_amd.h), which the caller provides.
+    unsafe {
+        match (attribute, &spec) {
+            // HSA_AGENT_INFO_NAME: char[64], the processor name.
+            (0, Some(spec)) => {
+                write_string(value, 64, spec.target_id().split(':').next().unwrap_or(""))
+            }
+            (0, None) => write_string(value, 64, "Fake CPU"),
+            // HSA_AGENT_INFO_NODE: uint32_t; node 0 is the CPU.
+            (16, None) => write(value, 0u32),
+            (16, Some(_)) => write(value, (handle - FIRST_GPU + 1) as u32),
+            // HSA_AGENT_INFO_DEVICE: 0 CPU, 1 GPU.
+            (17, _) => write(value, u32::from(spec.is_some())),
+            // HSA_AMD_AGENT_INFO_PRODUCT_NAME: char[64], when the spec names one.
+            (
+                0xA009,
+                Some(AgentSpec {
+                    name: Some(name), ..
+                }),
+            ) => write_string(value, 64, name),
+            // HSA_AMD_AGENT_INFO_UUID: at most 21 chars with the NUL.
+            (0xA011, Some(_)) => {
+                write_string(value, 21, &format!("GPU-fa4e{:012x}", handle - FIRST_GPU))
+            }
+            _ => return INVALID_ARGUMENT,
+        }
+    }
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_agent_iterate_isas(
+    handle: u64,
+    cb: Callback,
+    data: *mut c_void,
+) -> u32 {
+    if !initialised() {
+        return NOT_INITIALIZED;
+    }
+    let Some(spec) = agent(handle) else {
+        return if handle == CPU_AGENT {
+            SUCCESS
+        } else {
+            INVALID_ARGUMENT
+        };
+    };
+    for i in 0..spec.isas.len() as u64 {
+        // SAFETY: the caller's callback, with its own data pointer.
+        let s = unsafe { cb(((handle - FIRST_GPU) << 16) | i, data) };
+        if s != SUCCESS {
+            return s;
+        }
+    }
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_isa_get_info_alt(isa: u64, attribute: u32, value: *mut c_void) -> u32 {
+    let Some(id) =
+        agent(FIRST_GPU + (isa >> 16)).and_then(|a| a.isas.get((isa & 0xffff) as usize).cloned())
+    else {
+        return INVALID_ARGUMENT;
+    };
+    if value.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let name = format!("amdgcn-amd-amdhsa--{id}");
+    match attribute {
+        // ROCR's Isa::GetInfo counts the NUL in the length.
+        // SAFETY: NAME_LENGTH is a uint32_t.
+        0 => unsafe { write(value, name.len() as u32 + 1) },
+        // SAFETY: the caller's buffer holds NAME_LENGTH bytes.
+        1 => unsafe { write_string(value, name.len() + 1, &name) },
+        _ => return INVALID_ARGUMENT,
+    }
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_code_object_reader_create_from_memory(
+    ptr: *const c_void,
+    size: usize,
+    reader: *mut u64,
+) -> u32 {
+    if ptr.is_null() || reader.is_null() || size == 0 {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: the caller's image of `size` bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) }.to_vec();
+    let mut readers = READERS.lock().unwrap_or_else(|e| e.into_inner());
+    readers.push(bytes);
+    // SAFETY: an out-pointer.
+    unsafe { *reader = readers.len() as u64 };
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_code_object_reader_destroy(reader: u64) -> u32 {
+    log_call(format!("hsa_code_object_reader_destroy {reader}"));
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_executable_create_alt(
+    _profile: u32,
+    _rounding: u32,
+    _options: *const c_char,
+    exe: *mut u64,
+) -> u32 {
+    if exe.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let mut exes = EXECUTABLES.lock().unwrap_or_else(|e| e.into_inner());
+    exes.push(0);
+    // SAFETY: an out-pointer.
+    unsafe { *exe = exes.len() as u64 };
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_executable_load_agent_code_object(
+    exe: u64,
+    handle: u64,
+    reader: u64,
+    _options: *const c_char,
+    _loaded: *mut u64,
+) -> u32 {
+    if let Some(status) = env_num("FAKE_HSA_LOAD_STATUS") {
+        return status as u32;
+    }
+    let Some(spec) = agent(handle) else {
+        return INVALID_ARGUMENT;
+    };
+    let readers = READERS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(image) = readers.get(reader.wrapping_sub(1) as usize) else {
+        return INVALID_ARGUMENT;
+    };
+    if !image.starts_with(b"\x7fELF") {
+        return INVALID_CODE_OBJECT;
+    }
+    log_load(format!(
+        "hsa load {} {} {:016x}",
+        spec.target_id(),
+        image.len(),
+        fnv(image)
+    ));
+    if let Some(slot) = EXECUTABLES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_mut(exe.wrapping_sub(1) as usize)
+    {
+        *slot = reader;
+    }
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_executable_freeze(_exe: u64, _options: *const c_char) -> u32 {
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_executable_destroy(exe: u64) -> u32 {
+    log_call(format!("hsa_executable_destroy {exe}"));
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_executable_get_symbol_by_name(
+    exe: u64,
+    name: *const c_char,
+    _agent: *const u64,
+    symbol: *mut u64,
+) -> u32 {
+    if name.is_null() || symbol.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let reader = EXECUTABLES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(exe.wrapping_sub(1) as usize)
+        .copied()
+        .unwrap_or(0);
+    let readers = READERS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(image) = readers.get(reader.wrapping_sub(1) as usize) else {
+        return INVALID_ARGUMENT;
+    };
+    // SAFETY: a NUL-terminated name (hsa.h).
+    let name = unsafe { CStr::from_ptr(name) };
+    match find_name(image, name.to_bytes()) {
+        Some(offset) => {
+            // SAFETY: an out-pointer.
+            unsafe { *symbol = (exe << 32) | offset as u64 };
+            SUCCESS
+        }
+        None => INVALID_SYMBOL_NAME,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_executable_symbol_get_info(
+    symbol: u64,
+    attribute: u32,
+    value: *mut c_void,
+) -> u32 {
+    // SAFETY (all arms): storage of the attribute's type (hsa.h).
+    unsafe {
+        match attribute {
+            9 => write(value, 4u32),
+            21 => write(value, 0x7f00_0000_0000u64 + symbol),
+            22 => write(value, 0x6f00_0000_0000u64 + symbol),
+            _ => return INVALID_ARGUMENT,
+        }
+    }
+    SUCCESS
+}
