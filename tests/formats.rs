@@ -7,11 +7,11 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use offload_loader_workspace::loader::compressed::{Limits, Method};
-use offload_loader_workspace::loader::container::{self, Code, Container, Format};
+use offload_loader_workspace::loader::compressed::Method;
+use offload_loader_workspace::loader::container::{self, Container, Format};
 use offload_loader_workspace::loader::discover::file::MappedFile;
-use offload_loader_workspace::loader::offload_binary::ImageKind;
 use offload_loader_workspace::loader::select::{DeviceTarget, Policy};
+use offload_loader_workspace::loader::{select, CodeKind, ImageSource, Limits};
 use support::*;
 
 const KERNEL: &str = "typedef struct { unsigned x, y, z; } dim3;
@@ -105,12 +105,27 @@ fn bundler_extract(file: &Path, id: &str) -> Option<Vec<u8>> {
 }
 
 /// Lists and extracts every image of `file` and checks both against the bundler.
+/// The name `llvm-objdump --offloading` prints for a declared image kind
+/// (OffloadBinary.cpp `getImageKindName`; an object is "elf").
+fn objdump_kind(kind: Option<CodeKind>) -> &'static str {
+    match kind {
+        None => "none",
+        Some(CodeKind::AmdgpuElf | CodeKind::OtherElf) => "elf",
+        Some(CodeKind::Cubin) => "cubin",
+        Some(CodeKind::Bitcode) => "llvm ir",
+        Some(CodeKind::NvFatbin) => "fatbinary",
+        Some(CodeKind::Ptx) => "ptx",
+        Some(CodeKind::SpirV) => "spir-v",
+        Some(_) => "unknown",
+    }
+}
+
 fn same_as_bundler<'a>(file: &Path, data: &'a [u8], format: Format) -> Container<'a> {
     let found = container::scan(data, &Limits::default());
     assert_eq!(found.len(), 1, "{found:?}");
     let c = found.into_iter().next().unwrap().unwrap();
-    assert_eq!(c.format, format);
-    let ids: Vec<String> = c.images.iter().map(|i| i.id.clone()).collect();
+    assert_eq!(c.format(), format);
+    let ids: Vec<String> = c.images().iter().map(|i| i.id.clone()).collect();
     let Some(mut reference) = bundler_list(file) else {
         return c;
     };
@@ -118,11 +133,11 @@ fn same_as_bundler<'a>(file: &Path, data: &'a [u8], format: Format) -> Container
     reference.sort();
     ours.sort();
     assert_eq!(ours, reference);
-    for (i, image) in c.images.iter().enumerate() {
+    for (i, image) in c.images().iter().enumerate() {
         if image.is_host() {
             continue;
         }
-        let ours = c.image_bytes(i, &Limits::default()).unwrap();
+        let ours = c.image_bytes(i).unwrap();
         let theirs = bundler_extract(file, &image.id).unwrap();
         assert!(
             ours.as_ref() == theirs.as_slice(),
@@ -139,7 +154,7 @@ fn clang_22_bundle() {
         return;
     };
     let c = same_as_bundler(&file, &data, Format::Bundle);
-    assert_eq!(c.images.len(), ARCHS.len() + 1);
+    assert_eq!(c.images().len(), ARCHS.len() + 1);
 }
 
 #[test]
@@ -148,7 +163,7 @@ fn clang_22_compressed_bundle_v3_zstd() {
         return;
     };
     let c = same_as_bundler(&file, &data, Format::CompressedBundle);
-    let h = c.compression.unwrap();
+    let h = c.compression().unwrap();
     assert_eq!((h.version, h.method), (3, Method::Zstd));
 }
 
@@ -163,7 +178,7 @@ fn clang_22_compressed_bundle_v2_on_request() {
         return;
     };
     let c = same_as_bundler(&file, &data, Format::CompressedBundle);
-    assert_eq!(c.compression.unwrap().version, 2);
+    assert_eq!(c.compression().unwrap().version, 2);
 }
 
 #[test]
@@ -178,7 +193,7 @@ fn clang_19_compressed_bundle_v2() {
         return;
     };
     let c = same_as_bundler(&file, &data, Format::CompressedBundle);
-    assert_eq!(c.compression.unwrap().version, 2);
+    assert_eq!(c.compression().unwrap().version, 2);
 }
 
 #[test]
@@ -186,16 +201,15 @@ fn code_object_headers_match_the_bundle_ids_and_llvm_readelf() {
     let Some((_, data)) = hip_fatbin(22, "headers", &[], &[]) else {
         return;
     };
-    let mut c = Container::parse(&data, &Limits::default()).unwrap();
-    for i in 0..c.images.len() {
-        c.read_content(i);
-        let image = &c.images[i];
-        let content = image.content.as_ref().unwrap();
+    let c = Container::parse(&data, &Limits::default()).unwrap();
+    for i in 0..c.images().len() {
+        let image = &c.images()[i];
+        let content = &c.read_content(i).unwrap();
         if image.is_host() {
-            assert_eq!(content.code, Code::Empty);
+            assert_eq!(content.code, CodeKind::Empty);
             continue;
         }
-        assert_eq!(content.code, Code::AmdgpuElf, "{}", image.id);
+        assert_eq!(content.code, CodeKind::AmdgpuElf, "{}", image.id);
         // The header names exactly what the bundle ID claims (clang-22 writes
         // code object v6, which states every feature).
         assert_eq!(
@@ -216,10 +230,10 @@ fn selection_matrix_follows_the_target_id_rule() {
     let Some((_, data)) = hip_fatbin(22, "matrix", &[], &[]) else {
         return;
     };
-    let mut c = Container::parse(&data, &Limits::default()).unwrap();
-    let chosen = |c: &mut Container<'_>, device: &str| {
-        let s = c.select_checked(&DeviceTarget::parse(device).unwrap(), &Policy::default());
-        s.chosen.map(|i| c.images[i].arch.to_string())
+    let c = Container::parse(&data, &Limits::default()).unwrap();
+    let chosen = |c: &Container<'_>, device: &str| {
+        let s = select(&DeviceTarget::parse(device).unwrap(), c, &Policy::default());
+        s.chosen.map(|i| c.images()[i].arch.to_string())
     };
     // clang's rule (clang/lib/Basic/TargetID.cpp isCompatibleTargetID): same
     // processor, and each feature the image states equals the device's; then
@@ -241,18 +255,15 @@ fn selection_matrix_follows_the_target_id_rule() {
         ("gfx1200", None),
     ];
     for (device, expected) in matrix {
-        assert_eq!(
-            chosen(&mut c, device).as_deref(),
-            *expected,
-            "device {device}"
-        );
+        assert_eq!(chosen(&c, device).as_deref(), *expected, "device {device}");
     }
     // Every image not chosen has a reason.
-    let s = c.select_checked(
+    let s = select(
         &DeviceTarget::parse("gfx90a:sramecc+:xnack-").unwrap(),
+        &c,
         &Policy::default(),
     );
-    assert_eq!(s.rejected.len(), c.images.len() - 1);
+    assert_eq!(s.rejected.len(), c.images().len() - 1);
 }
 
 #[test]
@@ -307,10 +318,10 @@ fn openmp_objects_match_llvm_objdump() {
     let ours: Vec<(String, String, String, String)> = sections
         .iter()
         .flat_map(|s| &s.containers)
-        .flat_map(|c| c.as_ref().unwrap().images.clone())
+        .flat_map(|c| c.as_ref().unwrap().images().to_vec())
         .map(|i| {
             (
-                i.image_kind.name().to_string(),
+                objdump_kind(i.declared).to_string(),
                 i.arch.to_string(),
                 i.triple.to_string(),
                 i.offload_kind.to_string(),
@@ -376,23 +387,20 @@ fn ptx_packaged_by_llvm_offload_binary() {
         .map(Result::unwrap)
         .collect();
     assert_eq!(found.len(), 2, "two offload binaries back to back");
-    let ptx_image = &found[0].images[0];
+    let ptx_image = &found[0].images()[0];
     // llvm-offload-binary records no image kind for a file it is just given:
     // the image's own text says it is PTX.
     assert_eq!(
-        (ptx_image.image_kind, ptx_image.id.as_str()),
-        (ImageKind::None, "cuda-nvptx64-nvidia-cuda--sm_80")
+        (ptx_image.declared, ptx_image.id.as_str()),
+        (None, "cuda-nvptx64-nvidia-cuda--sm_80")
     );
     assert_eq!(
-        found[0]
-            .image_bytes(0, &Limits::default())
-            .unwrap()
-            .as_ref(),
+        found[0].image_bytes(0).unwrap().as_ref(),
         std::fs::read(&ptx).unwrap().as_slice()
     );
-    assert_eq!(found[1].images[0].id, "hip-amdgcn-amd-amdhsa--gfx1100");
+    assert_eq!(found[1].images()[0].id, "hip-amdgcn-amd-amdhsa--gfx1100");
     // PTX for sm_80 is JIT-compiled on sm_90 when the driver takes PTX 7.8.
-    let mut c = container::scan(&data, &Limits::default())
+    let c = container::scan(&data, &Limits::default())
         .into_iter()
         .next()
         .unwrap()
@@ -403,11 +411,11 @@ fn ptx_packaged_by_llvm_offload_binary() {
         max_ptx: offload_loader_workspace::loader::target::nvptx::max_ptx_for_driver(v),
     };
     assert_eq!(
-        c.select_checked(&driver(12040), &Policy::default()).chosen,
+        select(&driver(12040), &c, &Policy::default()).chosen,
         Some(0)
     );
-    assert_eq!(c.images[0].content.as_ref().unwrap().code, Code::Ptx);
-    let old = c.select_checked(&driver(11060), &Policy::default());
+    assert_eq!(c.read_content(0).unwrap().code, CodeKind::Ptx);
+    let old = select(&driver(11060), &c, &Policy::default());
     assert_eq!(old.chosen, None);
     assert_eq!(
         old.rejected[0].1.to_string(),
@@ -449,21 +457,21 @@ fn relocatable_rdc_objects_and_archives() {
             s.containers[0]
                 .as_ref()
                 .ok()
-                .filter(|c| c.format == Format::ObjectBundle)
+                .filter(|c| c.format() == Format::ObjectBundle)
         })
         .unwrap();
-    let mut ours: Vec<String> = bundle.images.iter().map(|i| i.id.clone()).collect();
+    let mut ours: Vec<String> = bundle.images().iter().map(|i| i.id.clone()).collect();
     let Some(mut reference) = bundler_list(&obj) else {
         return;
     };
     ours.sort();
     reference.sort();
     assert_eq!(ours, reference);
-    for (i, image) in bundle.images.iter().enumerate() {
+    for (i, image) in bundle.images().iter().enumerate() {
         if !image.is_host() {
             let theirs = bundler_extract(&obj, &image.id).unwrap();
             assert!(
-                bundle.image_bytes(i, &Limits::default()).unwrap().as_ref() == theirs.as_slice(),
+                bundle.image_bytes(i).unwrap().as_ref() == theirs.as_slice(),
                 "{}",
                 image.id
             );
@@ -497,8 +505,8 @@ fn relocatable_rdc_objects_and_archives() {
             let c = s.containers[0].as_ref().unwrap();
             (
                 s.section.member.clone().unwrap(),
-                c.format.name(),
-                c.images.len(),
+                c.format().name(),
+                c.images().len(),
             )
         })
         .collect();

@@ -52,6 +52,7 @@ extern "C" {
 #define OFFLOAD_LOADER_INVALID (-4)   /* null pointer or bad argument */
 #define OFFLOAD_LOADER_TOO_SMALL (-5) /* caller's buffer too small */
 #define OFFLOAD_LOADER_INTERNAL (-6)  /* internal error, caught */
+#define OFFLOAD_LOADER_BAD_IMAGE (-7) /* the image cannot be read: malformed, hash mismatch, compressed */
 
 /* ---- HIP registration (emitted by clang in __hip_module_ctor/dtor) ---- */
 

@@ -4,12 +4,11 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
-use offload_loader::compressed::Limits;
-use offload_loader::container::Container;
 use offload_loader::discover::process;
 use offload_loader::registration::FatbinWrapper;
+use offload_loader::{Container, Limits};
 
-use crate::registry::{self, Images, Runtime, Symbol, SymbolKind};
+use crate::libraries::{self, Images, Runtime, Symbol, SymbolKind};
 use crate::{guard, set_last_error};
 
 /// The handle clang stores in `__hip_gpubin_handle`: a heap cell holding the
@@ -79,11 +78,9 @@ fn register_fatbin(wrapper: usize) -> Result<usize, String> {
     let origin = format!("{} fatbin at {fatbin:#x}", object.path.display());
     let container =
         Container::parse(bytes, &Limits::default()).map_err(|e| format!("{origin}: {e}"))?;
-    let images = container.images.clone();
-    Ok(registry::register(
+    Ok(libraries::register(
         Runtime::Hip,
         origin,
-        images,
         Images::Container(container),
     ))
 }
@@ -93,7 +90,7 @@ fn register_fatbin(wrapper: usize) -> Result<usize, String> {
 pub extern "C" fn __hipUnregisterFatBinary(handle: Handle) {
     guard((), || {
         if let Some(id) = handle_id(handle as *const c_void) {
-            registry::unregister(id);
+            libraries::unregister(id);
         }
         if !handle.is_null() {
             // SAFETY: `handle` came from `new_handle` and clang calls this once,
@@ -118,7 +115,7 @@ fn add(
         set_last_error("symbol registered without a name");
         return;
     };
-    registry::add_symbol(
+    libraries::add_symbol(
         id,
         Symbol {
             host: host as usize,

@@ -12,12 +12,13 @@
 //! failure is recorded as the calling thread's last error. Registration is
 //! thread-safe. Launching kernels is out of scope.
 
+mod devices;
+mod error;
 mod hip;
 mod info;
-mod loader;
+mod libraries;
 mod omp;
 mod query;
-mod registry;
 
 use std::cell::RefCell;
 use std::ffi::CString;

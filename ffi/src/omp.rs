@@ -7,14 +7,13 @@ use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 use std::sync::Mutex;
 
-use offload_loader::container::{bundle_style_id, Image};
+use offload_loader::container::from_descriptor_image;
 use offload_loader::discover::process;
 use offload_loader::entries::{EntryKind, EntryTable};
-use offload_loader::offload_binary::{ImageKind, OffloadBinary};
 use offload_loader::registration::{BinaryDescriptor, DeviceImage, ImageInfo, DEVICE_IMAGE_SIZE};
-use offload_loader::target::{Arch, OffloadKind, Triple, Vendor};
+use offload_loader::target::OffloadKind;
 
-use crate::registry::{self, Images, Runtime, Symbol, SymbolKind};
+use crate::libraries::{self, Images, Runtime, Symbol, SymbolKind};
 use crate::{guard, set_last_error};
 
 /// Most images one descriptor may list.
@@ -85,7 +84,7 @@ fn register(desc: u64) -> Result<(), String> {
         )?
     };
     let mut images = Vec::new();
-    let mut bytes_of = Vec::new();
+    let mut code = Vec::new();
     for i in 0..count {
         let at = (i * DEVICE_IMAGE_SIZE) as usize;
         let device_image =
@@ -99,15 +98,20 @@ fn register(desc: u64) -> Result<(), String> {
             .iter()
             .find(|(n, _)| *n as u64 == i)
             .map(|(_, a)| a.as_str());
-        let (image, inner) = describe(i as usize, data, aomp);
+        let image = from_descriptor_image(i as usize, data, aomp);
+        // The image's offset and size lie inside `data` by construction.
+        let inner = usize::try_from(image.offset)
+            .ok()
+            .and_then(|at| data.get(at..))
+            .and_then(|rest| rest.get(..usize::try_from(image.size).ok()?))
+            .unwrap_or_default();
+        code.push(inner);
         images.push(image);
-        bytes_of.push(inner);
     }
-    let id = registry::register(
+    let id = libraries::register(
         Runtime::OpenMp,
         origin.clone(),
-        images,
-        Images::Listed(bytes_of),
+        Images::Listed { images, code },
     );
     DESCRIPTORS
         .lock()
@@ -139,7 +143,7 @@ fn register(desc: u64) -> Result<(), String> {
                 ));
                 continue;
             };
-            registry::add_symbol(
+            libraries::add_symbol(
                 id,
                 Symbol {
                     host: entry.address as usize,
@@ -150,50 +154,6 @@ fn register(desc: u64) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The image description and the bytes to load for a descriptor image: an
-/// offload binary's inner image with its triple and arch, or an ELF named by
-/// its own header (or by AOMP's image info).
-fn describe(index: usize, data: &'static [u8], aomp: Option<&str>) -> (Image, &'static [u8]) {
-    let (triple, arch, image_kind, offset, bytes) = match OffloadBinary::parse(data) {
-        Ok(bin) if !bin.is_empty() => {
-            let entry = &bin.entries()[0];
-            (
-                entry.triple(),
-                entry.arch(),
-                entry.image_kind,
-                entry.image_offset,
-                entry.image,
-            )
-        }
-        _ => {
-            let sniffed = offload_loader::elf::content(data).arch;
-            let arch = match aomp {
-                Some(id) => Arch::parse(sniffed.as_ref().and_then(Arch::vendor), id),
-                None => sniffed.unwrap_or(Arch::None),
-            };
-            let triple = Triple::parse(match arch.vendor() {
-                Some(Vendor::Amd) => "amdgcn-amd-amdhsa",
-                Some(Vendor::Nvidia) => "nvptx64-nvidia-cuda",
-                None => "",
-            });
-            (triple, arch, ImageKind::Object, 0, data)
-        }
-    };
-    let image = Image {
-        index,
-        id: bundle_style_id(&OffloadKind::OpenMp, &triple, &arch.to_string()),
-        offload_kind: OffloadKind::OpenMp,
-        triple,
-        arch,
-        image_kind,
-        offset,
-        size: bytes.len() as u64,
-        compressed: false,
-        content: Some(offload_loader::elf::content(bytes)),
-    };
-    (image, bytes)
 }
 
 /// Unregisters a descriptor registered by `__tgt_register_lib`.
@@ -207,7 +167,7 @@ pub extern "C" fn __tgt_unregister_lib(desc: *mut c_void) {
             .and_then(|m| m.remove(&(desc as usize)));
         match id {
             Some(id) => {
-                registry::unregister(id);
+                libraries::unregister(id);
             }
             None => set_last_error(format!("descriptor {desc:p} was not registered")),
         }
@@ -228,7 +188,7 @@ pub extern "C" fn __tgt_register_requires(flags: i64) {
 #[no_mangle]
 pub extern "C" fn __tgt_init_all_rtls() {
     guard((), || {
-        let _ = crate::loader::devices();
+        let _ = crate::devices::devices();
     })
 }
 

@@ -4,45 +4,36 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use crate::registry::{self, SymbolKind};
-use crate::{guard, loader, set_last_error, LAST_ERROR};
+use offload_loader::ImageSource;
 
-/// Success.
-pub const OK: c_int = 0;
-/// No such device, library, kernel or variable.
-pub const NOT_FOUND: c_int = -1;
-/// The device has no compatible image in the library.
-pub const NO_IMAGE: c_int = -2;
-/// The driver failed to load the image or resolve the symbol.
-pub const DRIVER: c_int = -3;
-/// A null pointer or an out-of-range argument.
-pub const INVALID: c_int = -4;
-/// The caller's buffer is too small; the needed size was stored.
-pub const TOO_SMALL: c_int = -5;
-/// An internal error was caught.
-pub const INTERNAL: c_int = -6;
+use crate::devices::devices;
+use crate::error::{status, Error, INTERNAL, NOT_FOUND};
+use crate::libraries::{self, SymbolKind};
+use crate::{guard, LAST_ERROR};
 
-/// Copies `s` with a NUL into `buf` of `len` bytes; `TOO_SMALL` if it does not fit.
-fn copy_str(s: &str, buf: *mut c_char, len: usize) -> c_int {
-    if buf.is_null() || len <= s.len() {
-        set_last_error(format!(
-            "buffer of {len} bytes is too small for {} bytes",
-            s.len() + 1
-        ));
-        return TOO_SMALL;
+/// Copies `s` with a NUL into `buf` of `len` bytes.
+fn copy_str(s: &str, buf: *mut c_char, len: usize) -> Result<(), Error> {
+    if buf.is_null() {
+        return Err(Error::Invalid("null buffer"));
+    }
+    if len <= s.len() {
+        return Err(Error::TooSmall {
+            len,
+            needed: s.len() + 1,
+        });
     }
     // SAFETY: the caller provides `len` writable bytes at `buf`, and `s.len() + 1 <= len`.
     unsafe {
         std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
         *buf.add(s.len()) = 0;
     }
-    OK
+    Ok(())
 }
 
 /// Number of devices found (or given by `OFFLOAD_LOADER_DEVICES`).
 #[no_mangle]
 pub extern "C" fn offload_loader_device_count() -> c_int {
-    guard(0, || loader::devices().len() as c_int)
+    guard(0, || devices().len() as c_int)
 }
 
 /// The target of device `device` (`gfx90a:sramecc+:xnack-`, `sm_90`) into `buf`.
@@ -52,12 +43,14 @@ pub extern "C" fn offload_loader_device_target(
     buf: *mut c_char,
     len: usize,
 ) -> c_int {
-    guard(INTERNAL, || match loader::devices().get(device as usize) {
-        Some(d) if device >= 0 => copy_str(&d.target.to_string(), buf, len),
-        _ => {
-            set_last_error(format!("no device {device}"));
-            NOT_FOUND
-        }
+    guard(INTERNAL, || {
+        status(
+            usize::try_from(device)
+                .ok()
+                .and_then(|d| devices().get(d))
+                .ok_or(Error::NoDevice(device.into()))
+                .and_then(|d| copy_str(&d.target.to_string(), buf, len)),
+        )
     })
 }
 
@@ -65,7 +58,7 @@ pub extern "C" fn offload_loader_device_target(
 #[no_mangle]
 pub extern "C" fn offload_loader_library_count() -> c_int {
     guard(0, || {
-        registry::libraries()
+        libraries::libraries()
             .last()
             .map_or(0, |l| l.id as c_int + 1)
     })
@@ -86,93 +79,70 @@ pub extern "C" fn offload_loader_selected_image(
     size: *mut usize,
 ) -> c_int {
     guard(INTERNAL, || {
-        let Some(lib) = usize::try_from(library).ok().and_then(registry::library) else {
-            set_last_error(format!("no library {library}"));
-            return NOT_FOUND;
-        };
-        let Some(selection) = usize::try_from(device)
-            .ok()
-            .and_then(|d| lib.selections().get(d))
-        else {
-            set_last_error(format!("no device {device}"));
-            return NOT_FOUND;
-        };
-        let Some(chosen) = selection.chosen else {
-            set_last_error(format!(
-                "library {library} has no compatible image for device {device}"
-            ));
-            return NO_IMAGE;
-        };
-        if !index.is_null() {
-            // SAFETY: non-null out-pointer provided by the caller.
-            unsafe { *index = chosen as c_int };
-        }
-        if !target.is_null() {
-            let rc = copy_str(&lib.images[chosen].arch.to_string(), target, target_len);
-            if rc != OK {
-                return rc;
+        status((|| {
+            let lib = usize::try_from(library)
+                .ok()
+                .and_then(libraries::library)
+                .ok_or(Error::NoLibrary(library.into()))?;
+            let selection = usize::try_from(device)
+                .ok()
+                .and_then(|d| lib.selections().get(d))
+                .ok_or(Error::NoDevice(device.into()))?;
+            let chosen = selection.chosen.ok_or_else(|| {
+                Error::NoImage(format!(
+                    "library {library} has no compatible image for device {device}"
+                ))
+            })?;
+            if !index.is_null() {
+                // SAFETY: non-null out-pointer provided by the caller.
+                unsafe { *index = chosen as c_int };
             }
-        }
-        if !data.is_null() || !size.is_null() {
-            let bytes = match lib.image_bytes(chosen) {
-                Ok(b) => b,
-                Err(e) => {
-                    set_last_error(e);
-                    return DRIVER;
-                }
-            };
-            let (ptr, len) = match bytes {
-                std::borrow::Cow::Borrowed(b) => (b.as_ptr(), b.len()),
-                // Kept alive for the rest of the process: images are small and
-                // asked for once per library and device.
-                std::borrow::Cow::Owned(v) => {
-                    let leaked: &'static [u8] = Vec::leak(v);
-                    (leaked.as_ptr(), leaked.len())
-                }
-            };
-            // SAFETY: non-null out-pointers provided by the caller.
-            unsafe {
-                if !data.is_null() {
-                    *data = ptr.cast();
-                }
-                if !size.is_null() {
-                    *size = len;
+            if !target.is_null() {
+                copy_str(&lib.images()[chosen].arch.to_string(), target, target_len)?;
+            }
+            if !data.is_null() || !size.is_null() {
+                let (ptr, len) = match lib.image_bytes(chosen)? {
+                    // Borrowed from the process's memory, or from the
+                    // library's inflated bundle, which lives as long as the
+                    // library stays registered.
+                    std::borrow::Cow::Borrowed(b) => (b.as_ptr(), b.len()),
+                    std::borrow::Cow::Owned(v) => {
+                        let leaked: &'static [u8] = Vec::leak(v);
+                        (leaked.as_ptr(), leaked.len())
+                    }
+                };
+                // SAFETY: non-null out-pointers provided by the caller.
+                unsafe {
+                    if !data.is_null() {
+                        *data = ptr.cast();
+                    }
+                    if !size.is_null() {
+                        *size = len;
+                    }
                 }
             }
-        }
-        OK
+            Ok(())
+        })())
     })
 }
 
 fn lookup(
-    found: Option<(std::sync::Arc<registry::Library>, registry::Symbol)>,
+    found: Option<(std::sync::Arc<libraries::Library>, libraries::Symbol)>,
     what: &str,
     device: c_int,
-) -> Result<(u64, u64, SymbolKind), c_int> {
-    let Some((lib, symbol)) = found else {
-        set_last_error(format!("no registered {what}"));
-        return Err(NOT_FOUND);
-    };
-    let Some(d) = usize::try_from(device)
+) -> Result<(u64, u64), Error> {
+    let (lib, symbol) = found.ok_or_else(|| Error::NoSymbol(what.to_string()))?;
+    let d = usize::try_from(device)
         .ok()
         .filter(|&d| d < lib.selections().len())
-    else {
-        set_last_error(format!("no device {device}"));
-        return Err(NOT_FOUND);
-    };
+        .ok_or(Error::NoDevice(device.into()))?;
     if lib.selections()[d].chosen.is_none() {
-        set_last_error(format!(
+        return Err(Error::NoImage(format!(
             "{}: device {device} has no compatible image for {}",
             lib.origin, symbol.name
-        ));
-        return Err(NO_IMAGE);
+        )));
     }
-    registry::resolve(&lib, d, &symbol)
-        .map(|(a, b)| (a, b, symbol.kind))
-        .map_err(|e| {
-            set_last_error(e);
-            DRIVER
-        })
+    libraries::resolve(&lib, d, &symbol)
 }
 
 /// The device kernel handle of the kernel whose host stub is `host_stub`
@@ -185,22 +155,15 @@ pub extern "C" fn offload_loader_kernel(
 ) -> c_int {
     guard(INTERNAL, || {
         if handle.is_null() {
-            return INVALID;
+            return status(Err(Error::Invalid("null handle pointer")));
         }
         let found =
-            registry::find(|s| s.host == host_stub as usize && s.kind == SymbolKind::Kernel);
-        match lookup(
-            found,
-            &format!("kernel with host stub {host_stub:p}"),
-            device,
-        ) {
-            Ok((h, _, _)) => {
-                // SAFETY: checked non-null above.
-                unsafe { *handle = h };
-                OK
-            }
-            Err(rc) => rc,
-        }
+            libraries::find(|s| s.host == host_stub as usize && s.kind == SymbolKind::Kernel);
+        let what = format!("kernel with host stub {host_stub:p}");
+        status(lookup(found, &what, device).map(|(h, _)| {
+            // SAFETY: checked non-null above.
+            unsafe { *handle = h };
+        }))
     })
 }
 
@@ -213,21 +176,19 @@ pub extern "C" fn offload_loader_kernel_by_name(
 ) -> c_int {
     guard(INTERNAL, || {
         if name.is_null() || handle.is_null() {
-            return INVALID;
+            return status(Err(Error::Invalid("null name or handle pointer")));
         }
         // SAFETY: the caller passes a NUL-terminated string.
         let name = unsafe { CStr::from_ptr(name) }
             .to_string_lossy()
             .into_owned();
-        let found = registry::find(|s| s.name == name && s.kind == SymbolKind::Kernel);
-        match lookup(found, &format!("kernel {name}"), device) {
-            Ok((h, _, _)) => {
+        let found = libraries::find(|s| s.name == name && s.kind == SymbolKind::Kernel);
+        status(
+            lookup(found, &format!("kernel {name}"), device).map(|(h, _)| {
                 // SAFETY: checked non-null above.
                 unsafe { *handle = h };
-                OK
-            }
-            Err(rc) => rc,
-        }
+            }),
+        )
     })
 }
 
@@ -240,26 +201,20 @@ pub extern "C" fn offload_loader_variable(
     size: *mut u64,
 ) -> c_int {
     guard(INTERNAL, || {
-        let found = registry::find(|s| s.host == host_var as usize && s.kind != SymbolKind::Kernel);
-        match lookup(
-            found,
-            &format!("variable with host address {host_var:p}"),
-            device,
-        ) {
-            Ok((a, s, _)) => {
-                // SAFETY: non-null out-pointers provided by the caller.
-                unsafe {
-                    if !address.is_null() {
-                        *address = a;
-                    }
-                    if !size.is_null() {
-                        *size = s;
-                    }
+        let found =
+            libraries::find(|s| s.host == host_var as usize && s.kind != SymbolKind::Kernel);
+        let what = format!("variable with host address {host_var:p}");
+        status(lookup(found, &what, device).map(|(a, s)| {
+            // SAFETY: non-null out-pointers provided by the caller.
+            unsafe {
+                if !address.is_null() {
+                    *address = a;
                 }
-                OK
+                if !size.is_null() {
+                    *size = s;
+                }
             }
-            Err(rc) => rc,
-        }
+        }))
     })
 }
 
@@ -269,7 +224,7 @@ pub extern "C" fn offload_loader_symbol_count(library: c_int) -> c_int {
     guard(NOT_FOUND, || {
         usize::try_from(library)
             .ok()
-            .and_then(registry::library)
+            .and_then(libraries::library)
             .map_or(NOT_FOUND, |l| {
                 l.symbols.lock().unwrap_or_else(|e| e.into_inner()).len() as c_int
             })

@@ -5,9 +5,8 @@
 use std::io::Read;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use offload_loader::compressed::{hash, CompressedBundle, Limits, MAGIC};
-use offload_loader::discover::file::MappedFile;
-use offload_loader::select::{DeviceTarget, Policy};
+use offload_loader::compressed::{hash, CompressedBundle};
+use offload_loader::{magic, select, DeviceTarget, Limits, MappedFile, Policy};
 
 const ROCSPARSE: &str = "/usr/lib/x86_64-linux-gnu/librocsparse.so.0.1";
 
@@ -23,15 +22,14 @@ fn listing(c: &mut Criterion) {
         })
     });
     let device = DeviceTarget::parse("gfx90a:sramecc+:xnack-").unwrap();
-    c.bench_function("list + select_checked rocsparse for gfx90a", |b| {
+    c.bench_function("list + select rocsparse for gfx90a", |b| {
         b.iter(|| {
             let sections = file.containers(&Limits::default()).unwrap();
             let mut chosen = 0;
             for s in sections {
-                for mut container in s.containers.into_iter().flatten() {
+                for container in s.containers.iter().flatten() {
                     chosen += usize::from(
-                        container
-                            .select_checked(&device, &Policy::default())
+                        select(&device, container, &Policy::default())
                             .chosen
                             .is_some(),
                     );
@@ -50,7 +48,8 @@ fn ccob() -> (Vec<u8>, usize) {
         .and_then(|f| {
             let s = f.containers(&Limits::default()).ok()?;
             let c = s.first()?.containers.first()?.as_ref().ok()?;
-            Some(c.raw().to_vec())
+            let start = usize::try_from(c.offset()).ok()?;
+            Some(f.bytes().get(start..)?.get(..c.len() as usize)?.to_vec())
         })
         .unwrap_or_else(|| {
             (0..4_000_000u32)
@@ -58,7 +57,7 @@ fn ccob() -> (Vec<u8>, usize) {
                 .collect()
         });
     let payload = zstd::bulk::compress(&raw, 9).unwrap();
-    let mut out = MAGIC.to_vec();
+    let mut out = magic::COMPRESSED_BUNDLE.to_vec();
     out.extend(3u16.to_le_bytes());
     out.extend(1u16.to_le_bytes());
     out.extend((32 + payload.len() as u64).to_le_bytes());

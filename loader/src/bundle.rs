@@ -13,11 +13,10 @@
 //! (`-bundle-align`, 4096 for HIP), the host entry has size 0 and may be absent.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::limits::Limits;
+use crate::magic;
 use crate::read::{utf8, Bytes};
 use crate::target::{Arch, OffloadKind, Processor, Triple};
-
-/// The 24 magic bytes that open a bundle.
-pub const MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";
 
 /// Size of the fixed header: magic and entry count.
 const HEADER_LEN: u64 = 32;
@@ -46,27 +45,24 @@ pub struct BundleEntry<'a> {
 }
 
 impl<'a> Bundle<'a> {
-    /// Whether `data` starts with the bundle magic.
-    pub fn is_bundle(data: &[u8]) -> bool {
-        data.starts_with(MAGIC)
-    }
-
     /// Parses the bundle at the start of `data`. Bytes after the bundle's last
     /// entry (further bundles, padding) are left alone; see [`Bundle::len`].
     ///
     /// Like clang's reader, rejects entries past the end; it also rejects
     /// non-empty entries that overlap the header or each other.
-    pub fn parse(data: &'a [u8]) -> Result<Bundle<'a>> {
-        Self::parse_table(data, data.len() as u64)
+    ///
+    /// A table of more than [`Limits::max_entries`] entries is refused.
+    pub fn parse(data: &'a [u8], limits: &Limits) -> Result<Bundle<'a>> {
+        Self::parse_table(data, data.len() as u64, limits)
     }
 
     /// Parses only the table of a bundle whose first bytes are `prefix` and whose
     /// full length is `full_len`: how a compressed bundle is listed from a
     /// partial decompression. Code-object ranges are checked against `full_len`,
     /// so [`Bundle::code_object`] must not be called unless `prefix` is whole.
-    pub fn parse_table(prefix: &'a [u8], full_len: u64) -> Result<Bundle<'a>> {
+    pub fn parse_table(prefix: &'a [u8], full_len: u64, limits: &Limits) -> Result<Bundle<'a>> {
         let bytes = Bytes(prefix);
-        if !Self::is_bundle(prefix) {
+        if !prefix.starts_with(magic::BUNDLE) {
             return Err(Error::new(
                 0,
                 ErrorKind::BadMagic {
@@ -75,8 +71,10 @@ impl<'a> Bundle<'a> {
             ));
         }
         let count = bytes.u64(24, "bundle entry count")?;
-        // Each entry needs at least its fixed fields, so the count is bounded by the input.
-        let max = full_len.saturating_sub(HEADER_LEN) / ENTRY_FIXED_LEN;
+        // Each entry needs at least its fixed fields, so the count is bounded
+        // by the input, and by the limit: an inflated bundle of zeros would
+        // otherwise list millions of empty entries.
+        let max = (full_len.saturating_sub(HEADER_LEN) / ENTRY_FIXED_LEN).min(limits.max_entries);
         if count > max {
             return Err(Error::new(
                 24,
@@ -243,7 +241,7 @@ mod tests {
     use crate::target::{FeatureSetting, TargetId};
 
     fn build(entries: &[(&str, &[u8])], align: usize) -> Vec<u8> {
-        let mut out = MAGIC.to_vec();
+        let mut out = magic::BUNDLE.to_vec();
         out.extend((entries.len() as u64).to_le_bytes());
         let table_len: usize = entries.iter().map(|(id, _)| 24 + id.len()).sum();
         let mut next = (32 + table_len).next_multiple_of(align);
@@ -273,7 +271,7 @@ mod tests {
             ],
             16,
         );
-        let b = Bundle::parse(&data).unwrap();
+        let b = Bundle::parse(&data, &Limits::default()).unwrap();
         assert_eq!(b.entries().len(), 3);
         assert_eq!(b.code_object(&b.entries()[1]).unwrap(), b"AAAA");
         assert_eq!(b.code_object(&b.entries()[2]).unwrap(), b"BB");
@@ -281,7 +279,13 @@ mod tests {
         // Misaligned input parses the same.
         let mut shifted = vec![0];
         shifted.extend(&data);
-        assert_eq!(Bundle::parse(&shifted[1..]).unwrap().entries().len(), 3);
+        assert_eq!(
+            Bundle::parse(&shifted[1..], &Limits::default())
+                .unwrap()
+                .entries()
+                .len(),
+            3
+        );
     }
 
     #[test]
@@ -294,7 +298,7 @@ mod tests {
             ],
             4096,
         );
-        let b = Bundle::parse(&data).unwrap();
+        let b = Bundle::parse(&data, &Limits::default()).unwrap();
         assert_eq!(b.entries().len(), 2);
         assert!(b
             .entries()
@@ -308,30 +312,37 @@ mod tests {
     fn rejects_bad_tables() {
         let data = build(&[("hip-amdgcn-amd-amdhsa--gfx906", b"XXXX")], 8);
         for cut in [0, 10, 24, 31, 40, 60] {
-            assert!(Bundle::parse(&data[..cut]).is_err(), "cut at {cut}");
+            assert!(
+                Bundle::parse(&data[..cut], &Limits::default()).is_err(),
+                "cut at {cut}"
+            );
         }
         let mut huge = data.clone();
         huge[24..32].copy_from_slice(&(1u64 << 48).to_le_bytes());
         assert!(matches!(
-            Bundle::parse(&huge).unwrap_err().kind,
+            Bundle::parse(&huge, &Limits::default()).unwrap_err().kind,
             ErrorKind::TooLarge { .. }
         ));
         let mut wrap = data.clone();
         wrap[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(matches!(
-            Bundle::parse(&wrap).unwrap_err().kind,
+            Bundle::parse(&wrap, &Limits::default()).unwrap_err().kind,
             ErrorKind::OutOfBounds { .. }
         ));
         let mut overlap = data.clone();
         overlap[32..40].copy_from_slice(&8u64.to_le_bytes());
         assert!(matches!(
-            Bundle::parse(&overlap).unwrap_err().kind,
+            Bundle::parse(&overlap, &Limits::default())
+                .unwrap_err()
+                .kind,
             ErrorKind::Malformed { .. }
         ));
         let mut bad_utf8 = data;
         bad_utf8[56] = 0xff;
         assert!(matches!(
-            Bundle::parse(&bad_utf8).unwrap_err().kind,
+            Bundle::parse(&bad_utf8, &Limits::default())
+                .unwrap_err()
+                .kind,
             ErrorKind::NotUtf8 { .. }
         ));
     }

@@ -24,10 +24,9 @@ use std::io::Read;
 use md5::{Digest, Md5};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::limits::Limits;
+use crate::magic;
 use crate::read::Bytes;
-
-/// The 4 magic bytes that open a compressed bundle.
-pub const MAGIC: &[u8; 4] = b"CCOB";
 
 /// The compression method of a `CCOB` payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,25 +43,6 @@ impl Method {
         match self {
             Method::Zlib => "zlib",
             Method::Zstd => "zstd",
-        }
-    }
-}
-
-/// Bounds on decompression.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Largest uncompressed size accepted; a header promising more is an error
-    /// before anything is decompressed. Default 4 GiB.
-    pub max_uncompressed: u64,
-    /// Whether a full decompression checks the stored MD5 prefix. Default on.
-    pub verify_hash: bool,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_uncompressed: 4 << 30,
-            verify_hash: true,
         }
     }
 }
@@ -85,15 +65,10 @@ pub struct CompressedBundle<'a> {
 }
 
 impl<'a> CompressedBundle<'a> {
-    /// Whether `data` starts with the `CCOB` magic.
-    pub fn is_compressed_bundle(data: &[u8]) -> bool {
-        data.starts_with(MAGIC)
-    }
-
     /// Parses the header at the start of `data` and takes the payload it covers.
     pub fn parse(data: &'a [u8]) -> Result<CompressedBundle<'a>> {
         let b = Bytes(data);
-        if !Self::is_compressed_bundle(data) {
+        if !data.starts_with(magic::COMPRESSED_BUNDLE) {
             return Err(Error::new(
                 0,
                 ErrorKind::BadMagic {
@@ -216,6 +191,14 @@ impl<'a> CompressedBundle<'a> {
         Ok(out)
     }
 
+    /// The largest zstd window this bundle's payload may use: one power of
+    /// two beyond its promised uncompressed size, at least 2^10 (zstd's
+    /// smallest), at most 2^31 (zstd's largest).
+    fn window_log(&self) -> u32 {
+        let size = self.uncompressed_size.max(1);
+        (u64::BITS - (size - 1).leading_zeros() + 1).clamp(10, 31)
+    }
+
     /// Decompresses at most `max` bytes from the start of the bundle: enough to
     /// read the bundle's table without inflating its code objects. The output
     /// grows as data arrives, so a lying header costs nothing up front.
@@ -227,9 +210,12 @@ impl<'a> CompressedBundle<'a> {
                 .read_to_end(&mut out),
             Method::Zstd => {
                 zstd::stream::read::Decoder::with_buffer(self.payload).and_then(|mut d| {
-                    // clang compresses with long-distance matching: allow the
-                    // largest window zstd defines.
-                    d.window_log_max(31)?;
+                    // clang compresses with long-distance matching, so the
+                    // window may be large; but no valid frame needs a window
+                    // beyond the bundle it inflates to, and a hostile frame
+                    // header would otherwise reserve zstd's largest (2 GiB)
+                    // window whatever the CCOB promises.
+                    d.window_log_max(self.window_log())?;
                     d.take(max).read_to_end(&mut out)
                 })
             }
@@ -268,26 +254,29 @@ pub fn hash(data: &[u8]) -> u64 {
 /// Offset of the next `CCOB` magic at or after `from`.
 fn next_magic(data: &[u8], from: usize) -> Option<usize> {
     data.get(from..)?
-        .windows(MAGIC.len())
-        .position(|w| w == MAGIC)
+        .windows(magic::COMPRESSED_BUNDLE.len())
+        .position(|w| w == magic::COMPRESSED_BUNDLE)
         .map(|p| p + from)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::Write;
 
-    fn ccob(version: u16, method: Method, raw: &[u8]) -> Vec<u8> {
+    /// `raw` as a `CCOB` of `version` compressed with `method`.
+    pub(crate) fn ccob(version: u16, method: Method, raw: &[u8]) -> Vec<u8> {
         let payload = match method {
-            Method::Zstd => zstd::encode_all(raw, 3).unwrap(),
+            // One-shot, as clang compresses: the frame records its content
+            // size and a window no larger than the content.
+            Method::Zstd => zstd::bulk::compress(raw, 3).unwrap(),
             Method::Zlib => {
                 let mut e = flate2::write::ZlibEncoder::new(Vec::new(), Default::default());
                 e.write_all(raw).unwrap();
                 e.finish().unwrap()
             }
         };
-        let mut out = MAGIC.to_vec();
+        let mut out = magic::COMPRESSED_BUNDLE.to_vec();
         out.extend(version.to_le_bytes());
         out.extend((method as u16).to_le_bytes());
         let n = raw.len() as u64;
@@ -333,6 +322,24 @@ mod tests {
             CompressedBundle::parse(&data).unwrap().len(),
             first_len as u64
         );
+    }
+
+    #[test]
+    fn a_zstd_window_beyond_the_promised_size_is_refused_not_reserved() {
+        // A frame with no content size and window descriptor 0xA8 (2 GiB),
+        // in a CCOB that promises one byte: the decoder must refuse it rather
+        // than reserve the window.
+        let frame = [0x28, 0xb5, 0x2f, 0xfd, 0x00, 0xa8, 0x01, 0x00, 0x00, b'x'];
+        let mut data = magic::COMPRESSED_BUNDLE.to_vec();
+        data.extend(3u16.to_le_bytes());
+        data.extend((Method::Zstd as u16).to_le_bytes());
+        data.extend((32 + frame.len() as u64).to_le_bytes());
+        data.extend(1u64.to_le_bytes());
+        data.extend(0u64.to_le_bytes());
+        data.extend(frame);
+        let c = CompressedBundle::parse(&data).unwrap();
+        let e = c.decompress_prefix(1).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Decompress { .. }), "{e}");
     }
 
     #[test]

@@ -24,50 +24,85 @@ pub enum ErrorKind {
     /// The input ends before a structure it must contain.
     #[error("{what} is truncated: needs {needed} bytes, {available} available")]
     Truncated {
+        /// The structure or field being read.
         what: &'static str,
+        /// Bytes it needs.
         needed: u64,
+        /// Bytes there were.
         available: u64,
     },
     /// The magic bytes of the expected format are missing.
     #[error("{what}: bad magic")]
-    BadMagic { what: &'static str },
+    BadMagic {
+        /// The format expected.
+        what: &'static str,
+    },
     /// A version this crate does not read.
     #[error("{what}: unsupported version {version}")]
-    UnsupportedVersion { what: &'static str, version: u64 },
+    UnsupportedVersion {
+        /// The format.
+        what: &'static str,
+        /// The version found.
+        version: u64,
+    },
     /// An offset/size pair that points outside its container (or wraps).
     #[error("{what} at offset {start} with size {size} lies outside the {len}-byte container")]
     OutOfBounds {
+        /// What the range holds.
         what: &'static str,
+        /// Its start.
         start: u64,
+        /// Its size.
         size: u64,
+        /// The length of what it should lie in.
         len: u64,
     },
     /// A count or size beyond what the input could hold or a configured limit.
     #[error("{what} of {value} exceeds the limit of {limit}")]
     TooLarge {
+        /// The count or size.
         what: &'static str,
+        /// Its value.
         value: u64,
+        /// The largest accepted.
         limit: u64,
     },
     /// A field with a value the format does not allow.
     #[error("{what}: {why}")]
     Malformed {
+        /// The structure or field.
         what: &'static str,
+        /// What is wrong with it.
         why: &'static str,
     },
     /// A field with a value the format does not allow, with the value shown.
     #[error("{what}: unexpected value {value:#x}")]
-    BadValue { what: &'static str, value: u64 },
+    BadValue {
+        /// The field, with what it may hold.
+        what: &'static str,
+        /// The value found.
+        value: u64,
+    },
     /// Text that must be UTF-8 is not.
     #[error("{what} is not valid UTF-8")]
-    NotUtf8 { what: &'static str },
+    NotUtf8 {
+        /// The text.
+        what: &'static str,
+    },
     /// A compressed payload whose stored hash does not match its content.
     #[error("hash mismatch: header says {expected:#018x}, content hashes to {actual:#018x}")]
-    HashMismatch { expected: u64, actual: u64 },
+    HashMismatch {
+        /// The hash the header stores.
+        expected: u64,
+        /// The hash of the inflated content.
+        actual: u64,
+    },
     /// The decompressor failed or produced a different size than promised.
     #[error("{method} decompression failed: {message}")]
     Decompress {
+        /// `zlib` or `zstd`.
         method: &'static str,
+        /// What the decompressor said.
         message: String,
     },
     /// A target ID or processor name that is not valid.

@@ -42,14 +42,12 @@
 //! variants, so entries report `sm_XY`; a cubin's own ELF header does record
 //! `a` (see [`crate::elf::nvptx`]).
 
-use crate::container::{Code, Content, Image};
 use crate::error::{Error, ErrorKind, Result};
-use crate::offload_binary::ImageKind;
+use crate::limits::Limits;
+use crate::magic;
 use crate::read::Bytes;
-use crate::target::{Arch, ArchVariant, ComputeCapability, NvArch, OffloadKind, Triple};
+use crate::target::{ArchVariant, ComputeCapability, NvArch};
 
-/// The fat binary magic `0xBA55ED50` (CUDA's `FATBIN_MAGIC`), read as a little-endian `u32`.
-pub const MAGIC: u32 = 0xBA55_ED50;
 /// The only container version known (`FATBIN_VERSION`).
 pub const VERSION: u16 = 1;
 /// Size of the container header and the smallest header size accepted.
@@ -85,35 +83,12 @@ pub mod flags {
     pub const COMPRESSED: u64 = COMPRESSED_OLD | COMPRESSED_LZ4 | COMPRESSED_ZSTD;
 }
 
-/// What an entry holds (entry offset 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EntryKind {
-    /// 1: PTX text (NUL-terminated, padded).
-    Ptx,
-    /// 2: an ELF cubin.
-    Elf,
-    /// Another value (nvopen-tools reports 0x10 and 0x40 in CUDA 13 libraries).
-    Other(u16),
-}
-
-impl EntryKind {
-    /// The kind stored as `value`.
-    pub fn from_u16(value: u16) -> EntryKind {
-        match value {
-            1 => EntryKind::Ptx,
-            2 => EntryKind::Elf,
-            other => EntryKind::Other(other),
-        }
-    }
-
-    /// The offload-binary image kind with the same meaning.
-    pub fn image_kind(self) -> ImageKind {
-        match self {
-            EntryKind::Ptx => ImageKind::Ptx,
-            EntryKind::Elf => ImageKind::Cubin,
-            EntryKind::Other(v) => ImageKind::Other(v),
-        }
-    }
+/// Entry kinds (entry offset 0).
+pub mod kind {
+    /// PTX text (NUL-terminated, padded).
+    pub const PTX: u16 = 1;
+    /// An ELF cubin.
+    pub const ELF: u16 = 2;
 }
 
 /// How an entry's payload is compressed (entry flags, see [`flags`]).
@@ -134,8 +109,9 @@ pub enum Compression {
 pub struct Entry {
     /// Offset of the entry header.
     pub header_offset: u64,
-    /// PTX, cubin or other.
-    pub kind: EntryKind,
+    /// What it holds, see [`kind`]: PTX, cubin or other (nvopen-tools reports
+    /// 0x10 and 0x40 in CUDA 13 libraries).
+    pub kind: u16,
     /// Entry header version (offset 2), `0x0101` in every known file.
     pub entry_version: u16,
     /// Entry header size (offset 4), at least [`MIN_ENTRY_HEADER`].
@@ -208,9 +184,9 @@ impl<'a> NvFatbin<'a> {
     /// entries is bounded by the input. Zero bytes after the last entry
     /// (fewer than an entry header, or an all-zero kind and header size) are
     /// taken as padding.
-    pub fn parse(data: &'a [u8]) -> Result<NvFatbin<'a>> {
+    pub fn parse(data: &'a [u8], limits: &Limits) -> Result<NvFatbin<'a>> {
         let b = Bytes(data);
-        if b.u32(0, "NVIDIA fat binary magic")? != MAGIC {
+        if !data.starts_with(magic::NV_FATBIN) {
             return Err(Error::new(
                 0,
                 ErrorKind::BadMagic {
@@ -259,6 +235,16 @@ impl<'a> NvFatbin<'a> {
             if padding && rest.iter().all(|&x| x == 0) {
                 break;
             }
+            if entries.len() as u64 >= limits.max_entries {
+                return Err(Error::new(
+                    at,
+                    ErrorKind::TooLarge {
+                        what: "NVIDIA fat binary entry count",
+                        value: entries.len() as u64 + 1,
+                        limit: limits.max_entries,
+                    },
+                ));
+            }
             let entry = read_entry(body, at)?;
             at = entry.offset + entry.stored_size;
             entries.push(entry);
@@ -305,50 +291,13 @@ impl<'a> NvFatbin<'a> {
         }
         Bytes(self.data).slice(e.offset, e.size, "fat binary entry payload")
     }
-
-    /// The entries as images (kind `cuda`, triple `nvptx64-nvidia-cuda`, arch
-    /// `sm_XY`). The size of a compressed image is its uncompressed size.
-    pub fn images(&self) -> Vec<Image> {
-        let triple = Triple::parse("nvptx64-nvidia-cuda");
-        self.entries
-            .iter()
-            .enumerate()
-            .map(|(index, e)| {
-                let arch = e.arch();
-                let code = match e.kind {
-                    EntryKind::Ptx => Code::Ptx,
-                    EntryKind::Elf => Code::Cubin,
-                    EntryKind::Other(_) => Code::Unknown,
-                };
-                Image {
-                    index,
-                    id: crate::container::bundle_style_id(
-                        &OffloadKind::Cuda,
-                        &triple,
-                        &arch.map(|a| a.to_string()).unwrap_or_default(),
-                    ),
-                    offload_kind: OffloadKind::Cuda,
-                    triple: triple.clone(),
-                    arch: arch.map_or(Arch::None, Arch::Nvptx),
-                    image_kind: e.kind.image_kind(),
-                    offset: e.offset,
-                    size: e.uncompressed_size.unwrap_or(e.size),
-                    compressed: e.is_compressed(),
-                    content: Some(Content {
-                        code,
-                        ..Content::default()
-                    }),
-                }
-            })
-            .collect()
-    }
 }
 
 /// The entry whose header starts at `at` in `body` (the whole fat binary).
 fn read_entry(body: Bytes<'_>, at: u64) -> Result<Entry> {
     let field = |off: u64| at + off;
     body.slice(at, MIN_ENTRY_HEADER, "fat binary entry header")?;
-    let kind = EntryKind::from_u16(body.u16(field(0), "fat binary entry kind")?);
+    let kind = body.u16(field(0), "fat binary entry kind")?;
     let header_size = body.u32(field(4), "fat binary entry header size")?;
     if u64::from(header_size) < MIN_ENTRY_HEADER {
         return Err(Error::new(
@@ -403,7 +352,7 @@ fn read_entry(body: Bytes<'_>, at: u64) -> Result<Entry> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// An entry laid out as documented above.
@@ -455,7 +404,7 @@ mod tests {
 
     fn fatbin(entries: &[Vec<u8>]) -> Vec<u8> {
         let body: Vec<u8> = entries.concat();
-        let mut f = MAGIC.to_le_bytes().to_vec();
+        let mut f = magic::NV_FATBIN.to_vec();
         f.extend(VERSION.to_le_bytes());
         f.extend(16u16.to_le_bytes());
         f.extend((body.len() as u64).to_le_bytes());
@@ -466,27 +415,30 @@ mod tests {
     const CUBIN: &[u8] = b"\x7fELF\x02\x01\x01cubin";
     const PTX: &[u8] = b".version 8.0\n.target sm_90\n\0";
 
-    #[test]
-    fn lists_and_extracts() {
+    /// A fat binary of an sm_80 cubin, sm_90 PTX (with a 72-byte entry
+    /// header) and a zstd-compressed sm_100 entry.
+    pub(crate) fn sample() -> Vec<u8> {
         let mut zstd = E::new(2, 100, 0x8011, b"\x28\xb5\x2f\xfdzz");
         zstd.uncompressed = 4096;
         let mut ptx = E::new(1, 90, 0x11, PTX);
         ptx.header = 72;
-        let mut data = fatbin(&[
+        fatbin(&[
             E::new(2, 80, 0x11, CUBIN).bytes(),
             ptx.bytes(),
             zstd.bytes(),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn lists_and_extracts() {
+        let mut data = sample();
         let len = data.len();
         data.extend(b"next container");
-        let f = NvFatbin::parse(&data).unwrap();
+        let f = NvFatbin::parse(&data, &Limits::default()).unwrap();
         assert_eq!(f.len(), len as u64);
         let e = f.entries();
         assert_eq!(e.len(), 3);
-        assert_eq!(
-            (e[0].kind, e[0].sm, e[0].offset),
-            (EntryKind::Elf, 80, 16 + 64)
-        );
+        assert_eq!((e[0].kind, e[0].sm, e[0].offset), (kind::ELF, 80, 16 + 64));
         assert_eq!((e[0].size, e[0].stored_size), (CUBIN.len() as u64, 16));
         assert_eq!(e[0].code_version, (8, 0));
         assert!(e[0].is_64bit() && !e[0].is_compressed());
@@ -503,22 +455,14 @@ mod tests {
         );
         assert_eq!(err.offset, e[2].header_offset + 40);
         assert!(f.payload(3).is_err());
-
-        let images = f.images();
-        assert_eq!(images[0].id, "cuda-nvptx64-nvidia-cuda--sm_80");
-        assert_eq!(images[0].image_kind, ImageKind::Cubin);
-        assert_eq!(images[1].image_kind, ImageKind::Ptx);
-        assert_eq!(images[1].arch.to_string(), "sm_90");
-        assert!(images[2].compressed);
-        assert_eq!(images[2].size, 4096);
-        assert_eq!(images[2].arch.to_string(), "sm_100");
+        assert_eq!(e[2].arch().unwrap().to_string(), "sm_100");
     }
 
     #[test]
     fn compression_flags_and_other_kinds() {
         let flags_of = |flags| {
             let f = fatbin(&[E::new(2, 80, flags, b"x").bytes()]);
-            let p = NvFatbin::parse(&f).unwrap();
+            let p = NvFatbin::parse(&f, &Limits::default()).unwrap();
             (p.entries()[0].compression(), p.payload(0).is_ok())
         };
         assert_eq!(flags_of(0x11), (Compression::None, true));
@@ -526,52 +470,74 @@ mod tests {
         assert_eq!(flags_of(0x8011), (Compression::Zstd, false));
         assert_eq!(flags_of(0x1011), (Compression::Old, false));
         let f = fatbin(&[E::new(0x10, 100, 1, b"x").bytes()]);
-        let p = NvFatbin::parse(&f).unwrap();
-        assert_eq!(p.entries()[0].kind, EntryKind::Other(0x10));
-        assert_eq!(p.images()[0].image_kind, ImageKind::Other(0x10));
+        let p = NvFatbin::parse(&f, &Limits::default()).unwrap();
+        assert_eq!(p.entries()[0].kind, 0x10);
         // An unpadded-size field of 0 or too big falls back to the stored size.
         let mut e = E::new(2, 80, 1, b"abc");
         e.data_size = Some(0);
         let f = fatbin(&[e.bytes()]);
         assert_eq!(
-            NvFatbin::parse(&f).unwrap().payload(0).unwrap(),
+            NvFatbin::parse(&f, &Limits::default())
+                .unwrap()
+                .payload(0)
+                .unwrap(),
             b"abc\0\0\0\0\0"
         );
         // A compressed size past the stored payload is an error.
         let mut e = E::new(2, 80, 0x2001, b"abc");
         e.data_size = Some(9);
         let f = fatbin(&[e.bytes()]);
-        assert_eq!(NvFatbin::parse(&f).unwrap_err().offset, 16 + 16);
+        assert_eq!(
+            NvFatbin::parse(&f, &Limits::default()).unwrap_err().offset,
+            16 + 16
+        );
     }
 
     #[test]
     fn empty_and_padded() {
         let f = fatbin(&[]);
-        assert!(NvFatbin::parse(&f).unwrap().is_empty());
+        assert!(NvFatbin::parse(&f, &Limits::default()).unwrap().is_empty());
         let mut entries = vec![E::new(2, 80, 1, CUBIN).bytes()];
         entries.push(vec![0u8; 72]);
         let p = fatbin(&entries);
-        assert_eq!(NvFatbin::parse(&p).unwrap().entries().len(), 1);
+        assert_eq!(
+            NvFatbin::parse(&p, &Limits::default())
+                .unwrap()
+                .entries()
+                .len(),
+            1
+        );
         let mut entries = vec![E::new(2, 80, 1, CUBIN).bytes()];
         entries.push(vec![0u8; 8]);
         let p = fatbin(&entries);
-        assert_eq!(NvFatbin::parse(&p).unwrap().entries().len(), 1);
+        assert_eq!(
+            NvFatbin::parse(&p, &Limits::default())
+                .unwrap()
+                .entries()
+                .len(),
+            1
+        );
         // Trailing bytes that are not zero are an error.
         let mut entries = vec![E::new(2, 80, 1, CUBIN).bytes()];
         entries.push(vec![1u8; 8]);
-        assert!(NvFatbin::parse(&fatbin(&entries)).is_err());
+        assert!(NvFatbin::parse(&fatbin(&entries), &Limits::default()).is_err());
     }
 
     #[test]
     fn rejects_bad_headers_and_sizes() {
         let data = fatbin(&[E::new(2, 80, 1, b"x").bytes()]);
         for cut in 0..data.len() {
-            assert!(NvFatbin::parse(&data[..cut]).is_err(), "{cut}");
+            assert!(
+                NvFatbin::parse(&data[..cut], &Limits::default()).is_err(),
+                "{cut}"
+            );
         }
         let set = |at: usize, bytes: &[u8]| {
             let mut d = data.clone();
             d[at..at + bytes.len()].copy_from_slice(bytes);
-            NvFatbin::parse(&d).map(|_| ()).unwrap_err()
+            NvFatbin::parse(&d, &Limits::default())
+                .map(|_| ())
+                .unwrap_err()
         };
         assert!(matches!(
             set(0, b"\0\0\0\0").kind,
@@ -598,7 +564,7 @@ mod tests {
         // Entries with empty payloads: each still takes its 64-byte header.
         let entries: Vec<Vec<u8>> = (0..100).map(|_| E::new(1, 75, 1, b"").bytes()).collect();
         let f = fatbin(&entries);
-        let p = NvFatbin::parse(&f).unwrap();
+        let p = NvFatbin::parse(&f, &Limits::default()).unwrap();
         assert_eq!(p.entries().len(), 100);
         assert_eq!(p.payload(99).unwrap(), b"");
     }
@@ -617,12 +583,11 @@ mod tests {
             let mut d = base.clone();
             let at = 4 + (x as usize % (d.len() - 4));
             d[at] = (x >> 8) as u8;
-            if let Ok(f) = NvFatbin::parse(&d) {
+            if let Ok(f) = NvFatbin::parse(&d, &Limits::default()) {
                 assert!(f.len() <= d.len() as u64);
                 for i in 0..f.entries().len() {
                     let _ = f.payload(i);
                 }
-                let _ = f.images();
             }
         }
     }

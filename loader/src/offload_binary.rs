@@ -14,62 +14,42 @@
 //! back to back in one section, each starting at an 8-byte boundary.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::limits::Limits;
+use crate::magic;
 use crate::read::{utf8, Bytes};
 use crate::target::{Arch, OffloadKind, Triple};
-
-/// The 4 magic bytes that open an offload binary.
-pub const MAGIC: &[u8; 4] = &[0x10, 0xff, 0x10, 0xad];
 
 const HEADER_LEN: u64 = 32;
 const ENTRY_LEN: u64 = 40;
 
-/// What kind of image an entry holds (`ImageKind` in OffloadBinary.h).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ImageKind {
-    /// 0: not stated.
-    None,
-    /// 1: an object file (an AMDGPU code object, an ELF).
-    Object,
-    /// 2: LLVM bitcode.
-    Bitcode,
-    /// 3: a CUDA cubin.
-    Cubin,
-    /// 4: an NVIDIA fat binary.
-    Fatbinary,
-    /// 5: PTX text.
-    Ptx,
-    /// 6: SPIR-V.
-    SpirV,
-    /// Any other value.
-    Other(u16),
-}
+/// Image kinds (`ImageKind` in llvm/Object/OffloadBinary.h, `IMG_*`).
+pub mod image_kind {
+    /// `IMG_None`: not stated.
+    pub const NONE: u16 = 0;
+    /// `IMG_Object`: an object file (an AMDGPU code object, an ELF).
+    pub const OBJECT: u16 = 1;
+    /// `IMG_Bitcode`: LLVM bitcode.
+    pub const BITCODE: u16 = 2;
+    /// `IMG_Cubin`: a CUDA cubin.
+    pub const CUBIN: u16 = 3;
+    /// `IMG_Fatbinary`: an NVIDIA fat binary.
+    pub const FATBINARY: u16 = 4;
+    /// `IMG_PTX`: PTX text.
+    pub const PTX: u16 = 5;
+    /// `IMG_SPIRV`: SPIR-V.
+    pub const SPIRV: u16 = 6;
 
-impl ImageKind {
-    /// The kind stored as `value`.
-    pub fn from_u16(value: u16) -> ImageKind {
-        match value {
-            0 => ImageKind::None,
-            1 => ImageKind::Object,
-            2 => ImageKind::Bitcode,
-            3 => ImageKind::Cubin,
-            4 => ImageKind::Fatbinary,
-            5 => ImageKind::Ptx,
-            6 => ImageKind::SpirV,
-            v => ImageKind::Other(v),
-        }
-    }
-
-    /// The name `llvm-objdump --offloading` prints for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            ImageKind::None => "none",
-            ImageKind::Object => "elf",
-            ImageKind::Bitcode => "llvm ir",
-            ImageKind::Cubin => "cubin",
-            ImageKind::Fatbinary => "fatbinary",
-            ImageKind::Ptx => "ptx",
-            ImageKind::SpirV => "spir-v",
-            ImageKind::Other(_) => "unknown",
+    /// The name `llvm-objdump --offloading` prints for `kind`
+    /// (OffloadBinary.cpp `getImageKindName`).
+    pub fn name(kind: u16) -> &'static str {
+        match kind {
+            OBJECT => "elf",
+            BITCODE => "llvm ir",
+            CUBIN => "cubin",
+            FATBINARY => "fatbinary",
+            PTX => "ptx",
+            SPIRV => "spir-v",
+            _ => "none",
         }
     }
 }
@@ -86,8 +66,8 @@ pub struct OffloadBinary<'a> {
 /// One image of an offload binary with its string map.
 #[derive(Debug, Clone)]
 pub struct OffloadEntry<'a> {
-    /// The image kind.
-    pub image_kind: ImageKind,
+    /// The image kind, see [`image_kind`].
+    pub image_kind: u16,
     /// The offload kind (a bit set: 1 OpenMP, 2 CUDA, 4 HIP, 8 SYCL).
     pub offload_kind: OffloadKind,
     /// Flags (unused by LLVM 22).
@@ -124,16 +104,11 @@ impl<'a> OffloadEntry<'a> {
 }
 
 impl<'a> OffloadBinary<'a> {
-    /// Whether `data` starts with the offload binary magic.
-    pub fn is_offload_binary(data: &[u8]) -> bool {
-        data.starts_with(MAGIC)
-    }
-
     /// Parses the binary at the start of `data`; bytes past its total size are
     /// left alone (see [`OffloadBinary::len`]).
-    pub fn parse(data: &'a [u8]) -> Result<OffloadBinary<'a>> {
+    pub fn parse(data: &'a [u8], limits: &Limits) -> Result<OffloadBinary<'a>> {
         let all = Bytes(data);
-        if !Self::is_offload_binary(data) {
+        if !data.starts_with(magic::OFFLOAD_BINARY) {
             return Err(Error::new(
                 0,
                 ErrorKind::BadMagic {
@@ -181,7 +156,7 @@ impl<'a> OffloadBinary<'a> {
         } else {
             b.u64(24, "offload binary entry count")?
         };
-        let max = len / ENTRY_LEN;
+        let max = (len / ENTRY_LEN).min(limits.max_entries);
         if count > max {
             return Err(Error::new(
                 24,
@@ -194,8 +169,19 @@ impl<'a> OffloadBinary<'a> {
         }
         b.slice(entries_offset, count * ENTRY_LEN, "offload binary entries")
             .map_err(|e| Error::new(16, e.kind))?;
+        // Entries may share one string map: the records of all entries
+        // together are bounded by what the binary could hold, so memory stays
+        // linear in the input (a shared map read per entry was quadratic).
+        let mut strings_left = len / if version == 1 { 16 } else { 24 };
         let entries = (0..count)
-            .map(|i| parse_entry(b, version, entries_offset + i * ENTRY_LEN))
+            .map(|i| {
+                parse_entry(
+                    b,
+                    version,
+                    entries_offset + i * ENTRY_LEN,
+                    &mut strings_left,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(OffloadBinary {
             version,
@@ -220,8 +206,13 @@ impl<'a> OffloadBinary<'a> {
     }
 }
 
-fn parse_entry(b: Bytes<'_>, version: u32, at: u64) -> Result<OffloadEntry<'_>> {
-    let image_kind = ImageKind::from_u16(b.u16(at, "image kind")?);
+fn parse_entry<'a>(
+    b: Bytes<'a>,
+    version: u32,
+    at: u64,
+    strings_left: &mut u64,
+) -> Result<OffloadEntry<'a>> {
+    let image_kind = b.u16(at, "image kind")?;
     let offload_kind = OffloadKind::from_bits(b.u16(at + 2, "offload kind")?);
     let flags = b.u32(at + 4, "flags")?;
     let strings_offset = b.u64(at + 8, "string map offset")?;
@@ -232,17 +223,17 @@ fn parse_entry(b: Bytes<'_>, version: u32, at: u64) -> Result<OffloadEntry<'_>> 
         .slice(image_offset, image_size, "offload binary image")
         .map_err(|e| Error::new(at + 24, e.kind))?;
     let record = if version == 1 { 16 } else { 24 };
-    let max = b.len() / record;
-    if string_count > max {
+    if string_count > *strings_left {
         return Err(Error::new(
             at + 16,
             ErrorKind::TooLarge {
-                what: "offload binary string count",
+                what: "offload binary string count (all entries together)",
                 value: string_count,
-                limit: max,
+                limit: *strings_left,
             },
         ));
     }
+    *strings_left -= string_count;
     b.slice(strings_offset, string_count * record, "string map")
         .map_err(|e| Error::new(at + 8, e.kind))?;
     let strings = (0..string_count)
@@ -300,7 +291,7 @@ pub(crate) mod tests {
         }
         let image_at = (table_at + table.len()).next_multiple_of(8);
         let total = (image_at + image.len()).next_multiple_of(8);
-        let mut out = MAGIC.to_vec();
+        let mut out = magic::OFFLOAD_BINARY.to_vec();
         out.extend(1u32.to_le_bytes());
         out.extend((total as u64).to_le_bytes());
         out.extend(32u64.to_le_bytes());
@@ -331,10 +322,10 @@ pub(crate) mod tests {
             &[("triple", "amdgcn-amd-amdhsa"), ("arch", "gfx90a:xnack+")],
             b"\x7fELF..",
         );
-        let bin = OffloadBinary::parse(&data).unwrap();
+        let bin = OffloadBinary::parse(&data, &Limits::default()).unwrap();
         assert_eq!(bin.len(), data.len() as u64);
         let e = &bin.entries()[0];
-        assert_eq!(e.image_kind, ImageKind::Object);
+        assert_eq!(e.image_kind, image_kind::OBJECT);
         assert_eq!(e.offload_kind, OffloadKind::OpenMp);
         assert_eq!(e.image, b"\x7fELF..");
         assert_eq!(e.arch().to_string(), "gfx90a:xnack+");
@@ -357,7 +348,7 @@ pub(crate) mod tests {
             })
             .collect();
         let mut image_at = (table_at + table.len() as u64).next_multiple_of(8);
-        let mut out = MAGIC.to_vec();
+        let mut out = magic::OFFLOAD_BINARY.to_vec();
         out.extend(2u32.to_le_bytes());
         out.extend(0u64.to_le_bytes()); // total size, patched below
         out.extend(entries_at.to_le_bytes());
@@ -398,7 +389,7 @@ pub(crate) mod tests {
     #[test]
     fn parses_v2_with_several_entries() {
         let data = build_v2(&[("gfx90a:xnack+", b"AAAA"), ("gfx1100", b"BBBBBB")]);
-        let bin = OffloadBinary::parse(&data).unwrap();
+        let bin = OffloadBinary::parse(&data, &Limits::default()).unwrap();
         assert_eq!(bin.version, 2);
         let archs: Vec<String> = bin.entries().iter().map(|e| e.arch().to_string()).collect();
         assert_eq!(archs, ["gfx90a:xnack+", "gfx1100"]);
@@ -408,7 +399,9 @@ pub(crate) mod tests {
         let mut huge = data.clone();
         huge[24..32].copy_from_slice(&(1u64 << 48).to_le_bytes());
         assert!(matches!(
-            OffloadBinary::parse(&huge).unwrap_err().kind,
+            OffloadBinary::parse(&huge, &Limits::default())
+                .unwrap_err()
+                .kind,
             ErrorKind::TooLarge { .. }
         ));
     }
@@ -422,12 +415,12 @@ pub(crate) mod tests {
             b"ptx",
         );
         for cut in 0..data.len() {
-            assert!(OffloadBinary::parse(&data[..cut]).is_err());
+            assert!(OffloadBinary::parse(&data[..cut], &Limits::default()).is_err());
         }
         let set = |at: usize, v: u64| {
             let mut d = data.clone();
             d[at..at + 8].copy_from_slice(&v.to_le_bytes());
-            OffloadBinary::parse(&d).map(|_| ())
+            OffloadBinary::parse(&d, &Limits::default()).map(|_| ())
         };
         assert!(set(8, 1 << 48).is_err()); // total size past end
         assert!(set(16, u64::MAX - 3).is_err()); // entries offset wraps
@@ -438,7 +431,9 @@ pub(crate) mod tests {
         let mut v9 = data.clone();
         v9[4] = 9;
         assert!(matches!(
-            OffloadBinary::parse(&v9).unwrap_err().kind,
+            OffloadBinary::parse(&v9, &Limits::default())
+                .unwrap_err()
+                .kind,
             ErrorKind::UnsupportedVersion { version: 9, .. }
         ));
     }

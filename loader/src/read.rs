@@ -16,11 +16,6 @@ impl<'a> Bytes<'a> {
         self.0.len() as u64
     }
 
-    /// Whether the buffer is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// The `size` bytes at `offset`, or an error if they do not all lie in the buffer
     /// (including when `offset + size` overflows).
     pub fn slice(&self, offset: u64, size: u64, what: &'static str) -> Result<&'a [u8]> {
@@ -92,12 +87,6 @@ impl<'a> Bytes<'a> {
 pub fn utf8<'a>(bytes: &'a [u8], offset: u64, what: &'static str) -> Result<&'a str> {
     std::str::from_utf8(bytes)
         .map_err(|e| Error::new(offset + e.valid_up_to() as u64, ErrorKind::NotUtf8 { what }))
-}
-
-/// `value` rounded up to a multiple of `align` (a power of two), or `None` on overflow.
-pub fn align_up(value: u64, align: u64) -> Option<u64> {
-    debug_assert!(align.is_power_of_two());
-    value.checked_add(align - 1).map(|v| v & !(align - 1))
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! Which image a device runs: compatibility by the target-ID rules, best fit
 //! among the compatible images, and a reason for every image not chosen.
+//!
+//! Selection reads images through [`ImageSource`]: the images as their
+//! container describes them, and on demand the header of the one image about
+//! to be chosen. [`select`] is the one selection function; the probe and the
+//! runtime both call it, so they name the same image.
 
 use std::fmt;
 
-#[cfg(test)]
-use crate::container::Content;
-use crate::container::{Code, Image};
-use crate::offload_binary::ImageKind;
+use crate::image::{CodeKind, Content, Image};
 use crate::target::amdgpu::MAX_GENERIC_VERSION;
 use crate::target::{
     Arch, ArchVariant, ComputeCapability, Feature, FeatureSetting, NvArch, OffloadKind, PtxVersion,
@@ -260,11 +262,95 @@ pub struct Selection {
     pub rejected: Vec<(usize, Rejection)>,
 }
 
-/// Selects the image `device` should run among `images` (indices into `images`).
-pub fn select(device: &DeviceTarget, images: &[Image], policy: &Policy) -> Selection {
+/// Images to select among, and a way to read one image's own header.
+///
+/// Implemented by [`crate::Container`] (headers read from the container's
+/// bytes), by the runtime's registered libraries, and by a plain `[Image]`
+/// (which has no bytes: only what the images already record is known).
+pub trait ImageSource {
+    /// The images, in table order.
+    fn images(&self) -> &[Image];
+
+    /// What image `index`'s own first bytes say it is, if they can be read
+    /// cheaply: `None` for an image inside a compressed payload, an image whose
+    /// bytes are out of reach, or an index out of range.
+    fn read_content(&self, index: usize) -> Option<Content>;
+}
+
+impl ImageSource for [Image] {
+    fn images(&self) -> &[Image] {
+        self
+    }
+
+    fn read_content(&self, _index: usize) -> Option<Content> {
+        None
+    }
+}
+
+impl ImageSource for Vec<Image> {
+    fn images(&self) -> &[Image] {
+        self
+    }
+
+    fn read_content(&self, _index: usize) -> Option<Content> {
+        None
+    }
+}
+
+/// Selects the image `device` should run among `source`'s images (indices into
+/// [`ImageSource::images`]), checking the chosen image against its own header.
+///
+/// The images are ranked on what their container says; then the header of the
+/// best one is read ([`ImageSource::read_content`]): if it contradicts its
+/// container's claim (another processor, a feature set the other way, a
+/// generic version the device cannot run) the image is rejected with that
+/// reason and the next best is taken, and so on. Only headers of images about
+/// to be chosen are read, never the others. NVIDIA images whose container does
+/// not say cubin or PTX are read first: whether they run natively or need the
+/// JIT depends on which.
+pub fn select<S: ImageSource + ?Sized>(
+    device: &DeviceTarget,
+    source: &S,
+    policy: &Policy,
+) -> Selection {
+    let images = source.images();
+    let mut read: Vec<Option<Content>> = vec![None; images.len()];
+    for (i, image) in images.iter().enumerate() {
+        if image.content.is_none()
+            && image.declared.is_none()
+            && matches!(image.arch, Arch::Nvptx(_))
+        {
+            read[i] = source.read_content(i);
+        }
+    }
+    let mut tried = vec![false; images.len()];
+    loop {
+        let selection = rank(device, images, &read, policy);
+        match selection.chosen {
+            Some(i) if images[i].content.is_none() && !tried[i] => {
+                tried[i] = true;
+                read[i] = source.read_content(i);
+                if read[i].is_none() {
+                    return selection;
+                }
+            }
+            _ => return selection,
+        }
+    }
+}
+
+/// Ranks `images` for `device`, with `read[i]` the header content read for
+/// image `i` where the image records none.
+fn rank(
+    device: &DeviceTarget,
+    images: &[Image],
+    read: &[Option<Content>],
+    policy: &Policy,
+) -> Selection {
     let mut selection = Selection::default();
     for (i, image) in images.iter().enumerate() {
-        match check(device, image, policy) {
+        let content = image.content.as_ref().or(read[i].as_ref());
+        match check_content(device, image, content, policy) {
             Ok(fit) => selection.compatible.push((i, fit)),
             Err(r) => selection.rejected.push((i, r)),
         }
@@ -305,8 +391,17 @@ fn why_better(best: &Fit, other: &Fit) -> &'static str {
     }
 }
 
-/// Whether `image` runs on `device`, and how well.
+/// Whether `image` runs on `device`, and how well, from what the image records.
 pub fn check(device: &DeviceTarget, image: &Image, policy: &Policy) -> Result<Fit, Rejection> {
+    check_content(device, image, image.content.as_ref(), policy)
+}
+
+fn check_content(
+    device: &DeviceTarget,
+    image: &Image,
+    content: Option<&Content>,
+    policy: &Policy,
+) -> Result<Fit, Rejection> {
     if image.is_host() {
         return Err(Rejection::HostEntry);
     }
@@ -318,14 +413,13 @@ pub fn check(device: &DeviceTarget, image: &Image, policy: &Policy) -> Result<Fi
             });
         }
     }
-    let content = image.content.as_ref();
-    let code = content.map_or(Code::Unknown, |c| c.code);
-    match (code, image.image_kind) {
-        (Code::Bitcode, _) | (_, ImageKind::Bitcode) => {
-            return Err(Rejection::NotLoadable("LLVM bitcode"))
+    let code = content.map_or(CodeKind::Unknown, |c| c.code);
+    for kind in [Some(code), image.declared] {
+        match kind {
+            Some(CodeKind::Bitcode) => return Err(Rejection::NotLoadable("LLVM bitcode")),
+            Some(CodeKind::SpirV) => return Err(Rejection::NotLoadable("SPIR-V")),
+            _ => {}
         }
-        (Code::SpirV, _) | (_, ImageKind::SpirV) => return Err(Rejection::NotLoadable("SPIR-V")),
-        _ => {}
     }
     let Some(vendor) = image.triple.gpu_vendor() else {
         return Err(Rejection::NotGpuTriple(image.triple.clone()));
@@ -364,7 +458,7 @@ pub fn check(device: &DeviceTarget, image: &Image, policy: &Policy) -> Result<Fi
             },
             Arch::Nvptx(img),
         ) => {
-            let ptx = code == Code::Ptx || image.image_kind == ImageKind::Ptx;
+            let ptx = code == CodeKind::Ptx || image.declared == Some(CodeKind::Ptx);
             check_nvidia(
                 *capability,
                 *max_ptx,
@@ -516,7 +610,7 @@ mod tests {
                     offload_kind: b.kind,
                     triple: b.triple,
                     arch: b.arch,
-                    image_kind: ImageKind::None,
+                    declared: None,
                     offset: 0,
                     size: 1,
                     compressed: false,
@@ -592,7 +686,7 @@ mod tests {
         let dev = DeviceTarget::parse("gfx1103").unwrap();
         for (v, ok) in [(0, false), (1, true), (2, false)] {
             imgs[0].content = Some(Content {
-                code: Code::AmdgpuElf,
+                code: CodeKind::AmdgpuElf,
                 generic_version: Some(v),
                 ..Content::default()
             });
@@ -605,7 +699,7 @@ mod tests {
     fn claim_checked_against_header() {
         let mut imgs = images(&["hip-amdgcn-amd-amdhsa--gfx90a"]);
         imgs[0].content = Some(Content {
-            code: Code::AmdgpuElf,
+            code: CodeKind::AmdgpuElf,
             arch: Some(Arch::Amdgpu(TargetId::parse("gfx906").unwrap())),
             ..Content::default()
         });
@@ -636,11 +730,7 @@ mod tests {
     fn nv(ids: &[(&str, bool)]) -> Vec<Image> {
         let mut imgs = images(&ids.iter().map(|(id, _)| *id).collect::<Vec<_>>());
         for (img, (_, ptx)) in imgs.iter_mut().zip(ids) {
-            img.image_kind = if *ptx {
-                ImageKind::Ptx
-            } else {
-                ImageKind::Cubin
-            };
+            img.declared = Some(if *ptx { CodeKind::Ptx } else { CodeKind::Cubin });
         }
         imgs
     }
@@ -681,7 +771,7 @@ mod tests {
 
         let mut ptx = nv(&[("cuda-nvptx64-nvidia-cuda--sm_80", true)]);
         ptx[0].content = Some(Content {
-            code: Code::Ptx,
+            code: CodeKind::Ptx,
             ptx_version: Some(PtxVersion { major: 8, minor: 8 }),
             ..Content::default()
         });

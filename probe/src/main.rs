@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use offload_loader::compressed::Limits;
-use offload_loader::container::Container;
-use offload_loader::select::Selection;
+use offload_loader::{Container, Limits, Selection};
 
 /// Which GPU image would load on this machine, and why not the others.
 #[derive(Parser, Debug)]
@@ -90,7 +88,7 @@ fn main() -> ExitCode {
     for path in &paths {
         let object = report::inspect(path, &devices, &limits, |c, s| {
             if let Some(dir) = &args.extract {
-                if let Err(e) = extract(dir, path, c, s, args.all, &limits) {
+                if let Err(e) = extract(dir, path, c, s, args.all) {
                     extract_errors.push(e);
                 }
             }
@@ -151,11 +149,10 @@ fn extract(
     container: &Container<'_>,
     selections: &[Selection],
     all: bool,
-    limits: &Limits,
 ) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut wanted: Vec<usize> = if all {
-        (0..container.images.len()).collect()
+        (0..container.images().len()).collect()
     } else {
         selections.iter().filter_map(|s| s.chosen).collect()
     };
@@ -163,16 +160,16 @@ fn extract(
     wanted.dedup();
     let stem = path.file_name().unwrap_or_default().to_string_lossy();
     for index in wanted {
-        let image = &container.images[index];
+        let image = &container.images()[index];
         if image.size == 0 {
             continue;
         }
         let bytes = container
-            .image_bytes(index, limits)
+            .image_bytes(index)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let name = format!(
             "{stem}-{:#x}-{index}-{}.co",
-            container.offset,
+            container.offset(),
             image.id.replace('/', "_")
         );
         std::fs::write(dir.join(&name), &bytes).map_err(|e| format!("{name}: {e}"))?;

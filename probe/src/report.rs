@@ -3,11 +3,10 @@
 
 use std::path::Path;
 
-use offload_loader::compressed::Limits;
-use offload_loader::container::{Code, Container, Image};
-use offload_loader::discover::file::MappedFile;
 use offload_loader::discover::FileErrorKind;
-use offload_loader::select::{DeviceTarget, Policy, Selection};
+use offload_loader::{
+    select, Container, DeviceTarget, Image, ImageSource, Limits, MappedFile, Policy, Selection,
+};
 use serde::Serialize;
 
 /// A device the report selects for.
@@ -180,21 +179,28 @@ pub fn inspect(
                     row.offset = e.offset;
                     row.error = Some(format!("{}: {e}", path.display()));
                 }
-                Ok(mut c) => {
+                Ok(c) => {
                     let selections: Vec<Selection> = devices
                         .iter()
-                        .map(|d| c.select_checked(&d.target, &Policy::default()))
+                        .map(|d| select(&d.target, &c, &Policy::default()))
                         .collect();
                     visit(&c, &selections);
-                    row.offset = c.offset;
-                    row.size = c.len;
-                    row.format = Some(c.format.name());
-                    row.compression = c.compression.map(|h| CompressionReport {
+                    row.offset = c.offset();
+                    row.size = c.len();
+                    row.format = Some(c.format().name());
+                    row.compression = c.compression().map(|h| CompressionReport {
                         version: h.version,
                         method: h.method.name(),
                         uncompressed_size: h.uncompressed_size,
                     });
-                    row.images = c.images.iter().map(|i| image_row(path, &c, i)).collect();
+                    row.images = c
+                        .images()
+                        .iter()
+                        .map(|i| {
+                            let chosen = selections.iter().any(|s| s.chosen == Some(i.index));
+                            image_row(path, &c, i, chosen)
+                        })
+                        .collect();
                     row.selected = selections
                         .into_iter()
                         .enumerate()
@@ -219,19 +225,21 @@ pub fn inspect(
     report
 }
 
-fn image_row(path: &Path, c: &Container<'_>, image: &Image) -> ImageReport {
+/// One image's row; the header of a chosen image is read for its `code`
+/// (selection read it too), the others say what their container declares.
+fn image_row(path: &Path, c: &Container<'_>, image: &Image, chosen: bool) -> ImageReport {
     let (offset, uri) = if image.compressed {
         (
             image.offset,
             format!(
                 "file://{}#offset={}&size={}",
                 path.display(),
-                c.offset,
-                c.len
+                c.offset(),
+                c.len()
             ),
         )
     } else {
-        let offset = c.offset + image.offset;
+        let offset = c.offset() + image.offset;
         (
             offset,
             format!(
@@ -250,20 +258,12 @@ fn image_row(path: &Path, c: &Container<'_>, image: &Image) -> ImageReport {
         size: image.size,
         compressed: image.compressed,
         uri,
-        code: image.content.as_ref().map(|c| code_name(c.code)),
-    }
-}
-
-fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::AmdgpuElf => "amdgpu-elf",
-        Code::Cubin => "cubin",
-        Code::OtherElf => "elf",
-        Code::Ptx => "ptx",
-        Code::Bitcode => "llvm-bitcode",
-        Code::SpirV => "spir-v",
-        Code::NvFatbin => "nv-fatbin",
-        Code::Empty => "empty",
-        Code::Unknown => "unknown",
+        code: image
+            .content
+            .clone()
+            .or_else(|| chosen.then(|| c.read_content(image.index)).flatten())
+            .map(|content| content.code)
+            .or(image.declared)
+            .map(|code| code.name()),
     }
 }

@@ -13,8 +13,8 @@ use super::{
     FileError, FileErrorKind, OffloadSection, SectionRole, CONTAINER_SECTIONS,
     OBJECT_BUNDLE_PREFIX, REGISTRATION_SECTIONS, SHT_LLVM_OFFLOADING,
 };
-use crate::compressed::Limits;
 use crate::container::{self, Container, Format};
+use crate::limits::Limits;
 
 /// A file mapped read-only into memory.
 pub struct MappedFile {
@@ -72,7 +72,7 @@ impl MappedFile {
     /// file. A broken container is reported in place; the others are still listed.
     pub fn containers(&self, limits: &Limits) -> Result<Vec<SectionContainers<'_>>, FileError> {
         let sections = self.offload_sections()?;
-        let object_bundles = object_bundles(self.bytes(), &sections);
+        let object_bundles = object_bundles(self.bytes(), &sections, limits);
         Ok(sections
             .into_iter()
             .filter(|s| s.role == SectionRole::Containers)
@@ -83,7 +83,7 @@ impl MappedFile {
                     .into_iter()
                     .map(|c| {
                         c.map(|mut c| {
-                            c.offset += section.file_offset;
+                            c.rebase(section.file_offset);
                             c
                         })
                         .map_err(|e| e.at(section.file_offset))
@@ -104,7 +104,11 @@ type ObjectBundleEntry<'a> = (&'a str, u64, u64);
 
 /// The `__CLANG_OFFLOAD_BUNDLE__<id>` sections of each object (or archive
 /// member), gathered into one container per object.
-fn object_bundles<'a>(data: &'a [u8], sections: &[OffloadSection]) -> Vec<SectionContainers<'a>> {
+fn object_bundles<'a>(
+    data: &'a [u8],
+    sections: &[OffloadSection],
+    limits: &Limits,
+) -> Vec<SectionContainers<'a>> {
     let mut out: Vec<SectionContainers<'a>> = Vec::new();
     let entries = sections
         .iter()
@@ -119,18 +123,22 @@ fn object_bundles<'a>(data: &'a [u8], sections: &[OffloadSection]) -> Vec<Sectio
         }
     }
     for (member, list) in groups {
-        let container = Container::from_object_bundle(data, &list);
-        let offset = container.offset;
+        let start = list.iter().map(|e| e.1).min().unwrap_or(0);
+        let end = list
+            .iter()
+            .map(|e| e.1.saturating_add(e.2))
+            .max()
+            .unwrap_or(0);
         out.push(SectionContainers {
             section: OffloadSection {
                 member,
                 name: OBJECT_BUNDLE_PREFIX.trim_end_matches('_').to_string() + "__*",
                 role: SectionRole::BundleEntry,
-                file_offset: offset,
-                size: container.len,
+                file_offset: start,
+                size: end.saturating_sub(start),
                 address: 0,
             },
-            containers: vec![Ok(container)],
+            containers: vec![Container::from_object_bundle(data, &list, limits)],
         });
     }
     out

@@ -146,16 +146,28 @@ pub enum TargetIdError {
     UnknownProcessor(String),
     /// A feature that is not `sramecc` or `xnack`, or lacks its `+`/`-`.
     #[error("`{feature}` in target ID `{id}` is not `sramecc+/-` or `xnack+/-`")]
-    BadFeature { id: String, feature: String },
+    BadFeature {
+        /// The target ID as written.
+        id: String,
+        /// The feature as written.
+        feature: String,
+    },
     /// A feature the processor does not have.
     #[error("processor {processor} does not support {feature}")]
     Unsupported {
+        /// The processor.
         processor: &'static str,
+        /// The feature.
         feature: &'static str,
     },
     /// A feature given twice.
     #[error("`{feature}` appears twice in target ID `{id}`")]
-    Duplicate { id: String, feature: &'static str },
+    Duplicate {
+        /// The target ID as written.
+        id: String,
+        /// The feature.
+        feature: &'static str,
+    },
     /// An NVPTX architecture that is not `sm_XY[a|f]` or `compute_XY[a|f]`.
     #[error("`{0}` is not an NVPTX architecture (sm_XY or compute_XY)")]
     BadNvptxArch(String),

@@ -17,7 +17,7 @@
 //! new layout; LLVM's offload plugins' ELF check
 //! rejects any other than 7 and 8 ("invalid CUDA ABI version"), and so does this module.
 
-use super::{ElfIdent, EM_CUDA};
+use super::elf::{ElfIdent, EM_CUDA};
 use crate::error::{Error, ErrorKind, Result};
 use crate::target::{ArchVariant, ComputeCapability, NvArch};
 
@@ -109,13 +109,8 @@ pub fn arch_from_flags(abi_version: u8, flags: u32) -> Result<NvArch> {
 }
 
 impl Cubin {
-    /// Same as [`parse_header`].
-    pub fn parse(data: &[u8]) -> Result<Cubin> {
-        parse_header(data)
-    }
-
     /// Decodes identifying fields already read from an ELF64 header.
-    pub fn from_ident(ident: &ElfIdent) -> Result<Cubin> {
+    fn from_ident(ident: &ElfIdent) -> Result<Cubin> {
         if ident.machine != EM_CUDA {
             return Err(Error::new(
                 18,

@@ -1,17 +1,22 @@
 //! The registered libraries: their images, the image selected for each device,
-//! the kernels and variables registered against them, and the modules loaded
+//! the kernels and variables registered against them, and the images loaded
 //! from them (lazily, at first lookup, unless `OFFLOAD_LOADER_EAGER=1`).
+//!
+//! A [`Library`] is an [`ImageSource`]: it selects through
+//! [`offload_loader::select`], the function `offload-probe` calls, so the
+//! runtime loads the image the probe names.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex, RwLock};
 
-use offload_loader::compressed::Limits;
-use offload_loader::container::{Container, Image};
-use offload_loader::select::{select, Policy, Selection};
+use offload_detect::LoadedImage;
 use offload_loader::target::OffloadKind;
+use offload_loader::{select, Container, Content, Image, ImageSource, Policy, Selection};
 use once_cell::sync::{Lazy, OnceCell};
 
+use crate::devices;
+use crate::error::Error;
 use crate::info;
-use crate::loader::{self, Module};
 
 /// The language runtime a library registered through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,12 +34,16 @@ impl Runtime {
     }
 }
 
-/// Where a library's image bytes are.
+/// A library's images and where their bytes are.
 pub(crate) enum Images {
     /// A bundle or compressed bundle in this process's memory.
     Container(Container<'static>),
-    /// Images listed by a `__tgt_bin_desc`, each in this process's memory.
-    Listed(Vec<&'static [u8]>),
+    /// Images listed by a `__tgt_bin_desc`, with each image's code in this
+    /// process's memory.
+    Listed {
+        images: Vec<Image>,
+        code: Vec<&'static [u8]>,
+    },
 }
 
 /// A registered kernel or variable.
@@ -57,15 +66,14 @@ pub(crate) enum SymbolKind {
     Texture,
 }
 
-/// A device's module: loaded once, or the reason it could not be.
-type ModuleCell = OnceCell<Result<Arc<dyn Module>, String>>;
+/// A device's loaded image: loaded once, or the reason it could not be.
+type ModuleCell = OnceCell<Result<Arc<LoadedImage>, Error>>;
 
 /// One registered library (one fat binary or one OpenMP descriptor).
 pub(crate) struct Library {
     pub id: usize,
     /// Where it came from, for messages: object path and address.
     pub origin: String,
-    pub images: Vec<Image>,
     source: Images,
     runtime: Runtime,
     /// The selection for each device, by device index: made at first use.
@@ -73,6 +81,22 @@ pub(crate) struct Library {
     pub symbols: Mutex<Vec<Symbol>>,
     /// The module loaded for each device, by device index: made at first use.
     modules: OnceCell<Vec<ModuleCell>>,
+}
+
+impl ImageSource for Library {
+    fn images(&self) -> &[Image] {
+        match &self.source {
+            Images::Container(c) => c.images(),
+            Images::Listed { images, .. } => images,
+        }
+    }
+
+    fn read_content(&self, index: usize) -> Option<Content> {
+        match &self.source {
+            Images::Container(c) => c.read_content(index),
+            Images::Listed { code, .. } => code.get(index).map(|code| Content::read(code)),
+        }
+    }
 }
 
 impl Library {
@@ -86,51 +110,54 @@ impl Library {
             let policy = Policy {
                 offload_kind: Some(self.runtime.offload_kind()),
             };
-            let selections: Vec<Selection> = loader::devices()
+            let selections: Vec<Selection> = devices::devices()
                 .iter()
-                .map(|d| select(&d.target, &self.images, &policy))
+                .map(|d| select(&d.target, self, &policy))
                 .collect();
             report(self, &selections);
             selections
         })
     }
 
-    /// The bytes of image `index`.
-    pub(crate) fn image_bytes(
-        &self,
-        index: usize,
-    ) -> Result<std::borrow::Cow<'static, [u8]>, String> {
+    /// The bytes of image `index`, borrowed from the process's memory or
+    /// from the library's inflated bundle.
+    pub(crate) fn image_bytes(&self, index: usize) -> Result<Cow<'_, [u8]>, Error> {
+        let bad = |source| Error::BadImage {
+            origin: self.origin.clone(),
+            source: Box::new(source),
+        };
         match &self.source {
-            Images::Container(c) => c
-                .image_bytes(index, &Limits::default())
-                .map_err(|e| format!("{}: {e}", self.origin)),
-            Images::Listed(list) => list
+            Images::Container(c) => c.image_bytes(index).map_err(bad),
+            Images::Listed { code, .. } => code
                 .get(index)
-                .map(|b| std::borrow::Cow::Borrowed(*b))
-                .ok_or_else(|| format!("{}: no image {index}", self.origin)),
+                .map(|b| Cow::Borrowed(*b))
+                .ok_or(Error::NoSymbol(format!("image {index} of {}", self.origin))),
         }
     }
 
-    /// The module loaded from this library's image for `device`, loading it on
-    /// first use.
-    pub(crate) fn module(&self, device: usize) -> Result<Arc<dyn Module>, String> {
+    /// The image loaded from this library for `device`, loading it on first use.
+    pub(crate) fn module(&self, device: usize) -> Result<Arc<LoadedImage>, Error> {
+        let devices = devices::devices();
         let cell = self
             .modules
-            .get_or_init(|| loader::devices().iter().map(|_| OnceCell::new()).collect())
+            .get_or_init(|| devices.iter().map(|_| OnceCell::new()).collect())
             .get(device)
-            .ok_or_else(|| format!("no device {device}"))?;
+            .ok_or(Error::NoDevice(device as i64))?;
         cell.get_or_init(|| {
             let selection = &self.selections()[device];
-            let index = selection
-                .chosen
-                .ok_or_else(|| no_binary_message(self, self.selections(), device))?;
+            let index = selection.chosen.ok_or_else(|| {
+                Error::NoImage(no_binary_message(self, self.selections(), device))
+            })?;
             let bytes = self.image_bytes(index)?;
-            loader::load(device, &bytes).map(Arc::from).map_err(|e| {
-                format!(
-                    "{}: loading {} on device {device}: {e}",
-                    self.origin, self.images[index].id
-                )
-            })
+            devices[device]
+                .load(&bytes)
+                .map(Arc::new)
+                .map_err(|source| Error::Driver {
+                    origin: self.origin.clone(),
+                    what: format!("loading {}", self.images()[index].id),
+                    device,
+                    source: Box::new(source),
+                })
         })
         .clone()
     }
@@ -138,15 +165,15 @@ impl Library {
 
 /// HIP's "no binary for GPU", with the reasons of the closest candidates.
 fn no_binary_message(library: &Library, selections: &[Selection], device: usize) -> String {
-    let target = loader::devices()
+    let target = devices::devices()
         .get(device)
         .map(|d| d.target.to_string())
         .unwrap_or_default();
     let mut why: Vec<String> = selections[device]
         .rejected
         .iter()
-        .filter(|(i, _)| !library.images[*i].is_host())
-        .map(|(i, r)| format!("[{i}] {}: {r}", library.images[*i].id))
+        .filter(|(i, _)| !library.images()[*i].is_host())
+        .map(|(i, r)| format!("[{i}] {}: {r}", library.images()[*i].id))
         .collect();
     why.truncate(8);
     format!(
@@ -167,18 +194,12 @@ static EAGER: Lazy<bool> =
 
 /// Registers a library and returns its id. Selection and loading wait for
 /// first use, unless `OFFLOAD_LOADER_EAGER=1` asks for them now.
-pub(crate) fn register(
-    runtime: Runtime,
-    origin: String,
-    images: Vec<Image>,
-    source: Images,
-) -> usize {
+pub(crate) fn register(runtime: Runtime, origin: String, source: Images) -> usize {
     let mut libraries = LIBRARIES.write().unwrap_or_else(|e| e.into_inner());
     let id = libraries.len();
     let library = Arc::new(Library {
         id,
         origin,
-        images,
         source,
         runtime,
         selections: OnceCell::new(),
@@ -189,10 +210,10 @@ pub(crate) fn register(
     drop(libraries);
     if *EAGER {
         // In a constructor: detect without the time-limited thread.
-        loader::devices_in_place();
+        devices::devices_in_place();
         for device in 0..library.selections().len() {
             if let Err(e) = library.module(device) {
-                crate::set_last_error(e);
+                crate::set_last_error(e.to_string());
             }
         }
     }
@@ -201,19 +222,19 @@ pub(crate) fn register(
 
 /// One line per device: what was chosen and why the others lost.
 fn report(library: &Library, selections: &[Selection]) {
-    let devices = loader::devices();
+    let devices = devices::devices();
     if devices.is_empty() {
         info::line(&format!(
             "library {} ({}): {} images, no GPU found",
             library.id,
             library.origin,
-            library.images.len()
+            library.images().len()
         ));
     }
     for (d, device) in devices.iter().enumerate() {
         let selection = &selections[d];
         let targets_vendor = library
-            .images
+            .images()
             .iter()
             .any(|i| i.triple.gpu_vendor() == Some(device.target.vendor()));
         match selection.chosen {
@@ -221,15 +242,15 @@ fn report(library: &Library, selections: &[Selection]) {
                 let lost: Vec<String> = selection
                     .rejected
                     .iter()
-                    .filter(|(i, _)| !library.images[*i].is_host())
-                    .map(|(i, r)| format!("[{i}] {}: {r}", library.images[*i].arch))
+                    .filter(|(i, _)| !library.images()[*i].is_host())
+                    .map(|(i, r)| format!("[{i}] {}: {r}", library.images()[*i].arch))
                     .collect();
                 info::line(&format!(
                     "library {} ({}): device {d} {} loads [{i}] {}{}",
                     library.id,
                     library.origin,
                     device.target,
-                    library.images[i].id,
+                    library.images()[i].id,
                     if lost.is_empty() {
                         String::new()
                     } else {
@@ -286,11 +307,11 @@ pub(crate) fn add_symbol(id: usize, symbol: Symbol) {
     };
     if *EAGER {
         // In a constructor: detect without the time-limited thread.
-        loader::devices_in_place();
+        devices::devices_in_place();
         for device in 0..library.selections().len() {
             if library.selections()[device].chosen.is_some() {
                 if let Err(e) = resolve(&library, device, &symbol) {
-                    crate::set_last_error(e);
+                    crate::set_last_error(e.to_string());
                 }
             }
         }
@@ -318,17 +339,17 @@ pub(crate) fn resolve(
     library: &Library,
     device: usize,
     symbol: &Symbol,
-) -> Result<(u64, u64), String> {
+) -> Result<(u64, u64), Error> {
     let module = library.module(device)?;
     match symbol.kind {
-        SymbolKind::Kernel => module.kernel(&symbol.name).map(|h| (h, 0)),
-        _ => module.global(&symbol.name),
+        SymbolKind::Kernel => module.kernel(&symbol.name).map(|k| (k.handle, 0)),
+        _ => module.global(&symbol.name).map(|g| (g.address, g.size)),
     }
-    .map_err(|e| {
-        format!(
-            "{}: {} on device {device}: {e}",
-            library.origin, symbol.name
-        )
+    .map_err(|source| Error::Driver {
+        origin: library.origin.clone(),
+        what: symbol.name.clone(),
+        device,
+        source: Box::new(source),
     })
 }
 

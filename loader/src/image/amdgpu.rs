@@ -28,7 +28,7 @@
 //! v3 layout. Checked against `llvm-readelf-22 -h` on clang-22 output
 //! (loader/tests/data/regenerate.sh).
 
-use super::{ElfIdent, EM_AMDGPU};
+use super::elf::{ElfIdent, EM_AMDGPU};
 use crate::error::{Error, ErrorKind, Result};
 use crate::target::{Feature, FeatureSetting, Processor, TargetId};
 use std::fmt;
@@ -121,9 +121,6 @@ pub struct AmdgpuCodeObject {
     pub generic_version: Option<u8>,
 }
 
-/// The name older callers use.
-pub type CodeObject = AmdgpuCodeObject;
-
 /// Reads the AMDGPU code object header at the start of `data` (64 bytes, nothing
 /// more): ELF magic, ELFCLASS64, little-endian, `e_machine` = `EM_AMDGPU`.
 pub fn parse_header(data: &[u8]) -> Result<AmdgpuCodeObject> {
@@ -144,13 +141,8 @@ enum Layout {
 }
 
 impl AmdgpuCodeObject {
-    /// Same as [`parse_header`].
-    pub fn parse(data: &[u8]) -> Result<AmdgpuCodeObject> {
-        parse_header(data)
-    }
-
     /// Decodes identifying fields already read from an ELF64 header.
-    pub fn from_ident(ident: &ElfIdent) -> Result<AmdgpuCodeObject> {
+    fn from_ident(ident: &ElfIdent) -> Result<AmdgpuCodeObject> {
         if ident.machine != EM_AMDGPU {
             return Err(Error::new(
                 18,

@@ -1,0 +1,561 @@
+//! One offload section's bytes → the containers in it → a uniform list of images.
+//!
+//! A section such as `.hip_fatbin` or `.llvm.offloading` holds containers back
+//! to back (one per translation unit or per image): clang offload bundles,
+//! compressed bundles, offload binaries, NVIDIA fat binaries. [`scan`] walks them
+//! by reading headers only: after a container it jumps to the container's end and
+//! looks for the next magic across the padding, so cost grows with the number of
+//! containers, not with the size of their images. Code objects are read, and
+//! compressed bundles inflated, only when [`Container::image_bytes`] asks.
+//!
+//! Each format's reader returns its own records; [`images`] turns them into
+//! [`Image`]s. A [`Container`] is an [`ImageSource`]: selection reads the
+//! header of the image it is about to choose through it.
+
+mod images;
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+pub use images::from_descriptor_image;
+
+use crate::bundle::Bundle;
+use crate::compressed::CompressedBundle;
+use crate::error::{Error, ErrorKind, Result};
+use crate::image::{Content, Image};
+use crate::limits::Limits;
+use crate::magic::{self, Magic};
+use crate::nv_fatbin::NvFatbin;
+use crate::offload_binary::OffloadBinary;
+use crate::read::Bytes;
+use crate::select::ImageSource;
+
+/// The kind of container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// A clang offload bundle.
+    Bundle,
+    /// A `CCOB` compressed bundle.
+    CompressedBundle,
+    /// An LLVM offload binary.
+    OffloadBinary,
+    /// An NVIDIA fat binary.
+    NvFatbin,
+    /// A relocatable object whose `__CLANG_OFFLOAD_BUNDLE__<id>` sections
+    /// are the entries of a bundle.
+    ObjectBundle,
+}
+
+impl Format {
+    /// The name used in reports: `bundle`, `compressed-bundle`, `offload-binary`,
+    /// `nv-fatbin`, `object-bundle`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Bundle => "bundle",
+            Format::CompressedBundle => "compressed-bundle",
+            Format::OffloadBinary => "offload-binary",
+            Format::NvFatbin => "nv-fatbin",
+            Format::ObjectBundle => "object-bundle",
+        }
+    }
+
+    /// The format whose magic `data` starts with ([`crate::magic`]).
+    pub fn sniff(data: &[u8]) -> Option<Format> {
+        match magic::sniff(data)? {
+            Magic::Bundle => Some(Format::Bundle),
+            Magic::CompressedBundle => Some(Format::CompressedBundle),
+            Magic::OffloadBinary => Some(Format::OffloadBinary),
+            Magic::NvFatbin => Some(Format::NvFatbin),
+            _ => None,
+        }
+    }
+}
+
+/// A container found in a section: its format, where it is, its images, and
+/// the way to their bytes.
+#[derive(Debug)]
+pub struct Container<'a> {
+    offset: u64,
+    format: Format,
+    compression: Option<CompressedBundle<'a>>,
+    images: Vec<Image>,
+    limits: Limits,
+    data: &'a [u8],
+    inflated: OnceLock<std::result::Result<Vec<u8>, Error>>,
+}
+
+// Shared by the runtime's registry across threads.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Container<'static>>();
+};
+
+/// The first bytes decompressed to read a compressed bundle's table; doubled
+/// until the table fits.
+const TABLE_PREFIX: u64 = 16 << 10;
+
+impl<'a> Container<'a> {
+    /// Parses the container at the start of `data`, reading only its headers.
+    /// Offsets in errors and in the result are relative to `data`. `limits`
+    /// bound its table here and its inflation in [`Container::image_bytes`].
+    pub fn parse(data: &'a [u8], limits: &Limits) -> Result<Container<'a>> {
+        let format = Format::sniff(data).ok_or(Error::new(
+            0,
+            ErrorKind::BadMagic {
+                what: "offload container (bundle, CCOB, offload binary or NVIDIA fat binary)",
+            },
+        ))?;
+        let (len, compression, images) = match format {
+            Format::Bundle => {
+                let bundle = Bundle::parse(data, limits)?;
+                let images = images::from_bundle(images::bundle_entries(bundle.entries()), false);
+                (bundle.len(), None, images)
+            }
+            Format::CompressedBundle => {
+                let ccob = CompressedBundle::parse(data)?;
+                let images = compressed_images(&ccob, limits)?;
+                (ccob.len(), Some(ccob), images)
+            }
+            Format::OffloadBinary => {
+                let bin = OffloadBinary::parse(data, limits)?;
+                (bin.len(), None, images::from_offload_binary(&bin))
+            }
+            Format::NvFatbin => {
+                let fatbin = NvFatbin::parse(data, limits)?;
+                (fatbin.len(), None, images::from_nv_fatbin(&fatbin))
+            }
+            // No magic sniffs as one: object bundles are built from sections.
+            Format::ObjectBundle => {
+                return Err(Error::new(
+                    0,
+                    ErrorKind::Malformed {
+                        what: "object bundle",
+                        why: "is made from an object's sections, not parsed from bytes",
+                    },
+                ))
+            }
+        };
+        Ok(Container {
+            offset: 0,
+            format,
+            compression,
+            images,
+            limits: *limits,
+            data: &data[..len as usize],
+            inflated: OnceLock::new(),
+        })
+    }
+
+    /// The container formed by an object's `__CLANG_OFFLOAD_BUNDLE__<id>`
+    /// sections: `entries` are (bundle entry ID, file offset, size) within
+    /// `file`, the whole file's bytes. Offsets stay file offsets; an entry
+    /// outside `file` is an error naming it.
+    pub fn from_object_bundle(
+        file: &'a [u8],
+        entries: &[(&str, u64, u64)],
+        limits: &Limits,
+    ) -> Result<Container<'a>> {
+        for &(_, offset, size) in entries {
+            Bytes(file).slice(offset, size, "object bundle entry section")?;
+        }
+        if entries.len() as u64 > limits.max_entries {
+            return Err(Error::new(
+                0,
+                ErrorKind::TooLarge {
+                    what: "object bundle entry count",
+                    value: entries.len() as u64,
+                    limit: limits.max_entries,
+                },
+            ));
+        }
+        let start = entries.iter().map(|e| e.1).min().unwrap_or(0);
+        let end = entries.iter().map(|e| e.1 + e.2).max().unwrap_or(0);
+        let images = images::from_bundle(
+            entries
+                .iter()
+                .map(|(id, offset, size)| (*id, *offset - start, *size)),
+            false,
+        );
+        Ok(Container {
+            offset: start,
+            format: Format::ObjectBundle,
+            compression: None,
+            images,
+            limits: *limits,
+            data: &file[start as usize..end as usize],
+            inflated: OnceLock::new(),
+        })
+    }
+
+    /// Offset of the container from the start of the scanned bytes (for
+    /// containers from [`crate::MappedFile::containers`], from the file's start).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Moves the container's offset by `by`: its section's offset in the file.
+    pub(crate) fn rebase(&mut self, by: u64) {
+        self.offset += by;
+    }
+
+    /// Its format.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Bytes it occupies in the section.
+    pub fn len(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    /// Whether it occupies no bytes (an object bundle of empty sections).
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// For a compressed bundle: its header.
+    pub fn compression(&self) -> Option<&CompressedBundle<'a>> {
+        self.compression.as_ref()
+    }
+
+    /// Its images, in table order.
+    pub fn images(&self) -> &[Image] {
+        &self.images
+    }
+
+    /// The bytes of image `index`: borrowed from the container when stored
+    /// plainly; for a compressed bundle, borrowed from the bundle inflated once
+    /// (within the [`Limits`] given at parse, hash checked) and kept.
+    pub fn image_bytes(&self, index: usize) -> Result<Cow<'_, [u8]>> {
+        let image = self.images.get(index).ok_or(Error::new(
+            self.offset,
+            ErrorKind::BadValue {
+                what: "image index",
+                value: index as u64,
+            },
+        ))?;
+        let at = |e: Error| e.at(self.offset);
+        if image.compressed {
+            return match &self.compression {
+                Some(ccob) => {
+                    let inflated = self
+                        .inflated
+                        .get_or_init(|| ccob.decompress(&self.limits))
+                        .as_ref()
+                        .map_err(|e| at(e.clone()))?;
+                    Bytes(inflated)
+                        .slice(image.offset, image.size, "bundle entry code object")
+                        .map(Cow::Borrowed)
+                        .map_err(at)
+                }
+                None => Err(at(Error::new(
+                    image.offset,
+                    ErrorKind::Malformed {
+                        what: "NVIDIA fat binary entry",
+                        why: "compressed entry not supported",
+                    },
+                ))),
+            };
+        }
+        Bytes(self.data)
+            .slice(image.offset, image.size, "image")
+            .map(Cow::Borrowed)
+            .map_err(at)
+    }
+}
+
+impl ImageSource for Container<'_> {
+    fn images(&self) -> &[Image] {
+        &self.images
+    }
+
+    /// Reads a plain image's first bytes (at most 64 KiB: an ELF header or the
+    /// PTX directives); an image inside a compressed payload is left unread
+    /// rather than inflating it.
+    fn read_content(&self, index: usize) -> Option<Content> {
+        let image = self.images.get(index)?;
+        if image.compressed {
+            return None;
+        }
+        let header_len = image.size.min(64 << 10);
+        let bytes = Bytes(self.data)
+            .slice(image.offset, header_len, "image")
+            .ok()?;
+        Some(Content::read(bytes))
+    }
+}
+
+/// Lists a compressed bundle by inflating only as much as its table needs.
+fn compressed_images(ccob: &CompressedBundle<'_>, limits: &Limits) -> Result<Vec<Image>> {
+    if ccob.uncompressed_size > limits.max_uncompressed {
+        return ccob.decompress(limits).map(|_| Vec::new());
+    }
+    let mut want = TABLE_PREFIX.min(ccob.uncompressed_size);
+    loop {
+        let prefix = ccob.decompress_prefix(want)?;
+        match Bundle::parse_table(&prefix, ccob.uncompressed_size, limits) {
+            Ok(bundle) => {
+                return Ok(images::from_bundle(
+                    images::bundle_entries(bundle.entries()),
+                    true,
+                ))
+            }
+            Err(e)
+                if matches!(
+                    e.kind,
+                    ErrorKind::Truncated { .. } | ErrorKind::OutOfBounds { .. }
+                ) && (prefix.len() as u64) == want
+                    && want < ccob.uncompressed_size =>
+            {
+                want = want.saturating_mul(2).min(ccob.uncompressed_size);
+            }
+            Err(e) => return Err(e.at(ccob.header_len)),
+        }
+    }
+}
+
+/// Every container in `section`, in order, with offsets relative to `section`.
+///
+/// A container that fails to parse yields its error, and the scan resumes at
+/// the next magic after the bytes the failed parse had read, so one bad
+/// container does not hide the others and no byte is parsed twice as the
+/// start of a container's table. Zero padding between containers is skipped;
+/// other unrecognised bytes are reported once per gap.
+pub fn scan<'a>(section: &'a [u8], limits: &Limits) -> Vec<Result<Container<'a>>> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    // After a broken container, the bytes up to the next magic are its own,
+    // already reported: they are not reported again as unrecognised.
+    let mut after_error = false;
+    while pos < section.len() {
+        let next = magic::next_container(section, pos);
+        let gap = &section[pos..next.unwrap_or(section.len())];
+        if !after_error && gap.iter().any(|&b| b != 0) {
+            out.push(Err(unrecognised(pos)));
+        }
+        let Some(start) = next else { break };
+        match Container::parse(&section[start..], limits) {
+            Ok(mut c) => {
+                c.offset = start as u64;
+                pos = start + (c.len() as usize).max(1);
+                after_error = false;
+                out.push(Ok(c));
+            }
+            Err(e) => {
+                // Resume past what the failed parse looked at (its error's
+                // offset), never inside it: a table whose entry IDs are
+                // themselves bundle headers would otherwise be re-read once
+                // per nested header, quadratic in the section.
+                let read = usize::try_from(e.offset).unwrap_or(usize::MAX);
+                pos = start.saturating_add(read.max(1)).min(section.len());
+                out.push(Err(e.at(start as u64)));
+                after_error = true;
+            }
+        }
+    }
+    out
+}
+
+fn unrecognised(at: usize) -> Error {
+    Error::new(
+        at as u64,
+        ErrorKind::Malformed {
+            what: "section bytes",
+            why: "not an offload container and not zero padding",
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::CodeKind;
+    use crate::select::{select, DeviceTarget, Policy, Rejection};
+
+    fn elf(flags: u32) -> Vec<u8> {
+        let mut h = vec![0u8; 64];
+        h[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        h[7] = 64;
+        h[8] = 4;
+        h[18..20].copy_from_slice(&224u16.to_le_bytes());
+        h[48..52].copy_from_slice(&flags.to_le_bytes());
+        h
+    }
+
+    fn bundle(entries: &[(&str, Vec<u8>)]) -> Vec<u8> {
+        let mut out = magic::BUNDLE.to_vec();
+        out.extend((entries.len() as u64).to_le_bytes());
+        let table: usize = entries.iter().map(|(id, _)| 24 + id.len()).sum();
+        let mut at = 32 + table;
+        for (id, obj) in entries {
+            out.extend((at as u64).to_le_bytes());
+            out.extend((obj.len() as u64).to_le_bytes());
+            out.extend((id.len() as u64).to_le_bytes());
+            out.extend(id.as_bytes());
+            at += obj.len();
+        }
+        for (_, obj) in entries {
+            out.extend(obj);
+        }
+        out
+    }
+
+    #[test]
+    fn chosen_image_is_checked_against_its_header() {
+        // The first gfx90a image is really a gfx906 code object.
+        let data = bundle(&[
+            ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-", elf(0x2f)),
+            ("hipv4-amdgcn-amd-amdhsa--gfx90a", elf(0x53f)),
+        ]);
+        let c = Container::parse(&data, &Limits::default()).unwrap();
+        let device = DeviceTarget::parse("gfx90a:xnack-").unwrap();
+        let s = select(&device, &c, &Policy::default());
+        assert_eq!(s.chosen, Some(1));
+        assert!(matches!(s.rejected[0].1, Rejection::ClaimMismatch { .. }));
+        assert_eq!(
+            s.rejected[0].1.to_string(),
+            "its header says it is for gfx906, not gfx90a:xnack- as its container claims"
+        );
+        assert_eq!(c.read_content(1).unwrap().code, CodeKind::AmdgpuElf);
+        // The images alone, without their bytes, cannot tell.
+        assert_eq!(
+            select(&device, c.images(), &Policy::default()).chosen,
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn image_bytes_borrow_and_use_the_limits_given_at_parse() {
+        let data = bundle(&[("hip-amdgcn-amd-amdhsa--gfx1100", elf(0x41))]);
+        let c = Container::parse(&data, &Limits::default()).unwrap();
+        let bytes = c.image_bytes(0).unwrap();
+        assert!(matches!(bytes, Cow::Borrowed(_)));
+        assert_eq!(&bytes[..], &elf(0x41)[..]);
+        assert!(c.image_bytes(1).is_err());
+
+        let ccob = crate::compressed::tests::ccob(3, crate::compressed::Method::Zstd, &data);
+        let tight = Limits {
+            max_uncompressed: data.len() as u64 - 1,
+            ..Limits::default()
+        };
+        assert!(Container::parse(&ccob, &tight).is_err());
+        let c = Container::parse(&ccob, &Limits::default()).unwrap();
+        assert!(c.images()[0].compressed);
+        let first = c.image_bytes(0).unwrap();
+        assert_eq!(&first[..], &elf(0x41)[..]);
+        assert!(matches!(first, Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn tables_past_the_entry_limit_are_refused() {
+        let entries: Vec<(String, Vec<u8>)> = (0..5)
+            .map(|i| (format!("hip-amdgcn-amd-amdhsa--gfx90{i}"), Vec::new()))
+            .collect();
+        let refs: Vec<(&str, Vec<u8>)> = entries
+            .iter()
+            .map(|(id, o)| (id.as_str(), o.clone()))
+            .collect();
+        let data = bundle(&refs);
+        let four = Limits {
+            max_entries: 4,
+            ..Limits::default()
+        };
+        let e = Container::parse(&data, &four).unwrap_err();
+        assert!(
+            matches!(e.kind, ErrorKind::TooLarge { limit: 4, .. }),
+            "{e}"
+        );
+        assert_eq!(
+            Container::parse(&data, &Limits::default())
+                .unwrap()
+                .images()
+                .len(),
+            5
+        );
+    }
+
+    #[test]
+    fn object_bundle_entries_outside_the_file_are_errors() {
+        let file = vec![0u8; 100];
+        let limits = Limits::default();
+        assert!(Container::from_object_bundle(
+            &file,
+            &[("hip-amdgcn-amd-amdhsa--gfx90a", 90, 20)],
+            &limits
+        )
+        .is_err());
+        assert!(Container::from_object_bundle(&file, &[("x", u64::MAX, 2)], &limits).is_err());
+        let c = Container::from_object_bundle(
+            &file,
+            &[("hip-amdgcn-amd-amdhsa--gfx90a", 80, 20)],
+            &limits,
+        )
+        .unwrap();
+        assert_eq!((c.offset(), c.len(), c.images()[0].offset), (80, 20, 0));
+    }
+
+    #[test]
+    fn nested_bundle_headers_are_scanned_in_linear_time() {
+        // A fuzzer's find (fuzz/regressions/README.md): bundle headers whose
+        // entry IDs are bundle headers, each asking for one entry more than
+        // follows. Resuming one byte after each failed parse re-read the same
+        // entries once per nested header (K^2/2 reads, 18 s for this 1 MiB);
+        // resuming past what the parse read reports a handful of errors.
+        let section =
+            include_bytes!("../../../fuzz/regressions/container_scan/timeout-nested-bundles");
+        let found = scan(section, &Limits::default());
+        assert!(found.len() < 8, "{} results", found.len());
+        assert!(found.iter().all(|c| c.is_err()));
+    }
+
+    #[test]
+    fn listing_bombs_are_refused_by_the_default_limits() {
+        // A 64 KiB CCOB inflating to a 64 MiB table of empty entries (1 GiB
+        // of listing before the entry limit), and an offload binary whose
+        // entries share one huge string map.
+        let ccob =
+            include_bytes!("../../../fuzz/regressions/default-limits/ccob-empty-table-64mib");
+        let found = scan(ccob, &Limits::default());
+        let e = found[0].as_ref().unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::TooLarge { .. }), "{e}");
+        let shared =
+            include_bytes!("../../../fuzz/regressions/offload_binary/oom-shared-string-map");
+        let e = Container::parse(shared, &Limits::default()).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::TooLarge { .. }), "{e}");
+    }
+
+    #[test]
+    fn fat_binary_images() {
+        let data = crate::nv_fatbin::tests::sample();
+        let c = Container::parse(&data, &Limits::default()).unwrap();
+        let images = c.images();
+        assert_eq!(images[0].id, "cuda-nvptx64-nvidia-cuda--sm_80");
+        assert_eq!(images[0].declared, Some(CodeKind::Cubin));
+        assert_eq!(images[1].declared, Some(CodeKind::Ptx));
+        assert_eq!(images[1].arch.to_string(), "sm_90");
+        assert!(images[2].compressed);
+        assert_eq!(images[2].size, 4096);
+        assert_eq!(images[2].arch.to_string(), "sm_100");
+        assert_eq!(c.image_bytes(0).unwrap().len() as u64, images[0].size);
+        assert!(c.image_bytes(2).is_err());
+    }
+
+    #[test]
+    fn scan_walks_padding_and_reports_garbage() {
+        let one = bundle(&[("hip-amdgcn-amd-amdhsa--gfx1100", elf(0x41))]);
+        let mut section = one.clone();
+        section.resize(4096, 0);
+        section.extend(&one);
+        section.extend(b"garbage!");
+        section.resize(8192, 0);
+        section.extend(&one);
+        let found = scan(&section, &Limits::default());
+        let offsets: Vec<Option<u64>> = found
+            .iter()
+            .map(|c| c.as_ref().ok().map(|c| c.offset))
+            .collect();
+        assert_eq!(offsets, [Some(0), Some(4096), None, Some(8192)]);
+        let e = found[2].as_ref().unwrap_err();
+        assert_eq!(e.offset, 4096 + one.len() as u64);
+    }
+}
