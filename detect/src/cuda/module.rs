@@ -1,15 +1,17 @@
 //! Putting an image on a CUDA device and finding its symbols (cuda.h).
 //!
-//! The device's primary context (`cuDevicePrimaryCtxRetain`) made current on
-//! the calling thread (`cuCtxSetCurrent`, as the CUDA runtime does),
-//! `cuModuleLoadData` on a cubin, a fat binary or PTX (given a trailing NUL
-//! when it has none), `cuModuleGetFunction`, `cuModuleGetGlobal_v2`;
-//! unloading is `cuModuleUnload` then `cuDevicePrimaryCtxRelease`. Modules
-//! may be used from any thread: each call first makes the module's context
-//! current on the calling thread.
+//! Loading retains the device's primary context
+//! (`cuDevicePrimaryCtxRetain`) and runs `cuModuleLoadData` on a cubin, a
+//! fat binary or PTX (given a trailing NUL when it has none);
+//! `cuModuleGetFunction` and `cuModuleGetGlobal_v2` find symbols; unloading
+//! is `cuModuleUnload`, then `cuDevicePrimaryCtxRelease_v2` balances the
+//! retain. Each of these module calls runs with the module's context pushed
+//! on the calling thread's context stack (`cuCtxPushCurrent_v2`) and popped
+//! right after (`cuCtxPopCurrent_v2`), so the thread's current context is
+//! exactly as it was found, whatever the host program made current. Modules
+//! may therefore be used from any thread.
 
 use std::borrow::Cow;
-use std::ffi::c_void;
 
 use super::sys::{CuDevice, CuDevicePtr, CuResult, Handle, SUCCESS};
 use super::Api;
@@ -68,29 +70,40 @@ impl Driver {
         check(api, "cuDevicePrimaryCtxRetain", unsafe {
             (api.primary_ctx_retain)(&mut context, device)
         })?;
-        let release = || {
-            // SAFETY: balances the successful retain above.
-            unsafe { (api.primary_ctx_release)(device) };
+        let context = context as usize;
+        let release_quietly = || {
+            if let Err(e) = release(api, device) {
+                tracing::debug!(error = %e, "releasing after a failed CUDA load failed");
+            }
         };
-        if let Err(e) = set_current(api, context as usize) {
-            release();
+        if let Err(e) = push(api, context) {
+            release_quietly();
             return Err(e);
         }
         let mut module: Handle = std::ptr::null_mut();
         // SAFETY: `data` is a complete image (checked by `complete_image`);
         // the driver copies what it needs before returning.
-        if let Err(e) = check(api, "cuModuleLoadData", unsafe {
+        let result = check(api, "cuModuleLoadData", unsafe {
             (api.module_load_data)(&mut module, data.as_ptr().cast())
-        }) {
-            release();
+        });
+        let popped = pop(api);
+        if let Err(e) = result {
+            release_quietly();
             return Err(e);
         }
-        Ok(Loaded {
+        let loaded = Loaded {
             api,
             device,
-            context: context as usize,
+            context,
             module: module as usize,
-        })
+        };
+        if let Err(e) = popped {
+            if let Err(undo) = loaded.unload() {
+                tracing::debug!(error = %undo, "unloading after a failed CUDA load failed");
+            }
+            return Err(e);
+        }
+        Ok(loaded)
     }
 }
 
@@ -98,11 +111,12 @@ impl Loaded {
     /// The `CUfunction` named `name`.
     pub(crate) fn kernel(&self, name: &str) -> Result<KernelHandle, DriverError> {
         let cname = c_name(name)?;
-        set_current(self.api, self.context)?;
         let mut function: Handle = std::ptr::null_mut();
-        // SAFETY: a loaded module, a NUL-terminated name, an out-pointer.
-        check(self.api, "cuModuleGetFunction", unsafe {
-            (self.api.module_get_function)(&mut function, self.module as Handle, cname.as_ptr())
+        in_context(self.api, self.context, || {
+            // SAFETY: a loaded module, a NUL-terminated name, an out-pointer.
+            check(self.api, "cuModuleGetFunction", unsafe {
+                (self.api.module_get_function)(&mut function, self.module as Handle, cname.as_ptr())
+            })
         })?;
         Ok(KernelHandle {
             handle: function as u64,
@@ -112,17 +126,18 @@ impl Loaded {
     /// The device address and size of variable `name`.
     pub(crate) fn global(&self, name: &str) -> Result<Global, DriverError> {
         let cname = c_name(name)?;
-        set_current(self.api, self.context)?;
         let (mut address, mut size): (CuDevicePtr, usize) = (0, 0);
-        // SAFETY: a loaded module, a NUL-terminated name, out-pointers of the
-        // `_v2` types.
-        check(self.api, "cuModuleGetGlobal_v2", unsafe {
-            (self.api.module_get_global)(
-                &mut address,
-                &mut size,
-                self.module as Handle,
-                cname.as_ptr(),
-            )
+        in_context(self.api, self.context, || {
+            // SAFETY: a loaded module, a NUL-terminated name, out-pointers of
+            // the `_v2` types.
+            check(self.api, "cuModuleGetGlobal_v2", unsafe {
+                (self.api.module_get_global)(
+                    &mut address,
+                    &mut size,
+                    self.module as Handle,
+                    cname.as_ptr(),
+                )
+            })
         })?;
         Ok(Global {
             address,
@@ -130,20 +145,16 @@ impl Loaded {
         })
     }
 
-    /// Unloads the module, then releases the primary context. The caller
-    /// calls it once.
+    /// Unloads the module, then releases the primary context, whether or not
+    /// the unload succeeded. The caller calls it once.
     pub(crate) fn unload(&self) -> Result<(), DriverError> {
-        let unloaded = set_current(self.api, self.context).and_then(|()| {
-            // SAFETY: the module `Driver::load` loaded, unloaded once, in its
-            // context.
+        let unloaded = in_context(self.api, self.context, || {
+            // SAFETY: the module `Driver::load` loaded, unloaded once.
             check(self.api, "cuModuleUnload", unsafe {
                 (self.api.module_unload)(self.module as Handle)
             })
         });
-        // SAFETY: balances the retain in `Driver::load`.
-        let released = check(self.api, "cuDevicePrimaryCtxRelease", unsafe {
-            (self.api.primary_ctx_release)(self.device)
-        });
+        let released = release(self.api, self.device);
         unloaded.and(released)
     }
 }
@@ -154,10 +165,44 @@ impl std::fmt::Debug for Loaded {
     }
 }
 
-fn set_current(api: &Api, context: usize) -> Result<(), DriverError> {
-    // SAFETY: a primary context this module holds a retain on.
-    check(api, "cuCtxSetCurrent", unsafe {
-        (api.ctx_set_current)(context as *mut c_void)
+/// Runs `call` with `context` pushed on the calling thread's context stack,
+/// and pops it again whatever `call` returned: the thread's current context
+/// is afterwards what it was before. `call`'s error comes first.
+fn in_context<T>(
+    api: &Api,
+    context: usize,
+    call: impl FnOnce() -> Result<T, DriverError>,
+) -> Result<T, DriverError> {
+    push(api, context)?;
+    let result = call();
+    let popped = pop(api);
+    let value = result?;
+    popped.map(|()| value)
+}
+
+/// `cuCtxPushCurrent_v2(context)`.
+fn push(api: &Api, context: usize) -> Result<(), DriverError> {
+    // SAFETY: a primary context the caller holds a retain on.
+    check(api, "cuCtxPushCurrent_v2", unsafe {
+        (api.ctx_push_current)(context as Handle)
+    })
+}
+
+/// `cuCtxPopCurrent_v2`: undoes the `push` just before it on this thread.
+fn pop(api: &Api) -> Result<(), DriverError> {
+    let mut popped: Handle = std::ptr::null_mut();
+    // SAFETY: an out-pointer; the driver writes the popped context to it.
+    check(api, "cuCtxPopCurrent_v2", unsafe {
+        (api.ctx_pop_current)(&mut popped)
+    })
+}
+
+/// `cuDevicePrimaryCtxRelease_v2(device)`, balancing one retain.
+fn release(api: &Api, device: CuDevice) -> Result<(), DriverError> {
+    // SAFETY: a CUdevice the driver gave, whose primary context the caller
+    // retained.
+    check(api, "cuDevicePrimaryCtxRelease_v2", unsafe {
+        (api.primary_ctx_release)(device)
     })
 }
 
