@@ -16,6 +16,7 @@
 //! and the workspace's own `target/debug` is never touched. Without cargo the
 //! tests are skipped, or fail under `CI=true`.
 
+use std::ffi::{c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -177,6 +178,7 @@ fn child_case() {
         ("hsa_load_fails", case_hsa_load_fails),
         ("cuda_loads", case_cuda_loads),
         ("cuda_load_fails", case_cuda_load_fails),
+        ("cuda_context_kept", case_cuda_context_kept),
         ("hanging_driver", case_hanging_driver),
         ("once_per_process", case_once_per_process),
         ("debian_hsa", case_debian_hsa),
@@ -1092,10 +1094,10 @@ fn case_cuda_loads() {
         [
             "cuDevicePrimaryCtxRetain 0",
             "cuModuleUnload 1",
-            "cuDevicePrimaryCtxRelease 0",
+            "cuDevicePrimaryCtxRelease_v2 0",
             "cuDevicePrimaryCtxRetain 1",
             "cuModuleUnload 2",
-            "cuDevicePrimaryCtxRelease 1"
+            "cuDevicePrimaryCtxRelease_v2 1"
         ]
     );
 }
@@ -1129,7 +1131,165 @@ fn case_cuda_load_fails() {
     let calls = std::fs::read_to_string(env_path("FAKE_CALL_LOG")).unwrap();
     assert_eq!(
         calls.lines().collect::<Vec<_>>(),
-        ["cuDevicePrimaryCtxRetain 0", "cuDevicePrimaryCtxRelease 0"]
+        [
+            "cuDevicePrimaryCtxRetain 0",
+            "cuDevicePrimaryCtxRelease_v2 0"
+        ]
+    );
+}
+
+#[test]
+fn cuda_loading_leaves_the_current_context_alone() {
+    let Some(f) = fakes() else { return };
+    let calls = scratch("cuda-context-calls.log");
+    run_case(
+        "cuda_context_kept",
+        &[
+            ("OFFLOAD_LOADER_HSA_LIBRARY", "/nonexistent"),
+            ("OFFLOAD_LOADER_KFD_ROOT", "/nonexistent"),
+            ("OFFLOAD_LOADER_CUDA_LIBRARY", f.full.to_str().unwrap()),
+            ("FAKE_CUDA_DEVICES", CUDA_DEVICES),
+            ("FAKE_CALL_LOG", calls.to_str().unwrap()),
+        ],
+    );
+}
+
+/// The context calls of the CUDA driver (cuda.h), called by the test as a
+/// host program would call them.
+struct CudaContexts {
+    retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int,
+    release: unsafe extern "C" fn(c_int) -> c_int,
+    get_state: unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> c_int,
+    set_current: unsafe extern "C" fn(*mut c_void) -> c_int,
+    get_current: unsafe extern "C" fn(*mut *mut c_void) -> c_int,
+    // Keeps the library's reference count up while the pointers are used.
+    _library: libloading::Library,
+}
+
+impl CudaContexts {
+    /// The driver detection opened (`dlopen` of the same path gives the same
+    /// library, so the same per-thread context stacks).
+    fn open() -> CudaContexts {
+        // SAFETY: the test double, already loaded by detection; loading it
+        // again runs no initialiser.
+        let library =
+            unsafe { libloading::Library::new(env_path("OFFLOAD_LOADER_CUDA_LIBRARY")) }.unwrap();
+        // SAFETY: each symbol is given its cuda.h signature; the library
+        // stays loaded while `_library` lives (and detection never closes it).
+        unsafe {
+            CudaContexts {
+                retain: *library.get(b"cuDevicePrimaryCtxRetain\0").unwrap(),
+                release: *library.get(b"cuDevicePrimaryCtxRelease_v2\0").unwrap(),
+                get_state: *library.get(b"cuDevicePrimaryCtxGetState\0").unwrap(),
+                set_current: *library.get(b"cuCtxSetCurrent\0").unwrap(),
+                get_current: *library.get(b"cuCtxGetCurrent\0").unwrap(),
+                _library: library,
+            }
+        }
+    }
+
+    fn retain(&self, device: c_int) -> *mut c_void {
+        let mut context = std::ptr::null_mut();
+        // SAFETY: an out-pointer.
+        assert_eq!(unsafe { (self.retain)(&mut context, device) }, 0);
+        context
+    }
+
+    fn release(&self, device: c_int) {
+        // SAFETY: balances `retain`.
+        assert_eq!(unsafe { (self.release)(device) }, 0);
+    }
+
+    fn active(&self, device: c_int) -> bool {
+        let (mut flags, mut active) = (0, 0);
+        // SAFETY: out-pointers.
+        assert_eq!(
+            unsafe { (self.get_state)(device, &mut flags, &mut active) },
+            0
+        );
+        active != 0
+    }
+
+    fn set_current(&self, context: *mut c_void) {
+        // SAFETY: a context from `retain`, or null.
+        assert_eq!(unsafe { (self.set_current)(context) }, 0);
+    }
+
+    fn current(&self) -> *mut c_void {
+        let mut context = std::ptr::null_mut();
+        // SAFETY: an out-pointer.
+        assert_eq!(unsafe { (self.get_current)(&mut context) }, 0);
+        context
+    }
+}
+
+fn case_cuda_context_kept() {
+    let d = detect_with(&Config::from_env());
+    let a100 = &d.devices[0];
+    let cuda = CudaContexts::open();
+    // The host program has device 1's primary context current.
+    let own = cuda.retain(1);
+    cuda.set_current(own);
+    assert_eq!(cuda.current(), own);
+    let cubin = cubin_image();
+    let loaded = a100.load(&cubin).unwrap();
+    assert_eq!(cuda.current(), own);
+    assert!(cuda.active(0));
+    assert_ne!(loaded.kernel("saxpy").unwrap().handle, 0);
+    assert_eq!(cuda.current(), own);
+    assert_eq!(loaded.global("flag").unwrap().size, 4);
+    assert_eq!(cuda.current(), own);
+    loaded.kernel("missing").unwrap_err();
+    assert_eq!(cuda.current(), own);
+    loaded.unload().unwrap();
+    assert_eq!(cuda.current(), own);
+    // Device 0's primary context was retained for the image only.
+    assert!(!cuda.active(0));
+    // A load the driver refuses leaves it alone too (the double reads
+    // FAKE_CUDA_LOAD_ERROR at the call; this case is the only test running).
+    std::env::set_var("FAKE_CUDA_LOAD_ERROR", "209");
+    let err = a100.load(&cubin).unwrap_err();
+    std::env::remove_var("FAKE_CUDA_LOAD_ERROR");
+    assert!(
+        err.to_string().starts_with("cuModuleLoadData failed"),
+        "{err}"
+    );
+    assert_eq!(cuda.current(), own);
+    assert!(!cuda.active(0));
+    cuda.set_current(std::ptr::null_mut());
+    cuda.release(1);
+    assert!(!cuda.active(1));
+    // A thread with no current context has none afterwards, and the image
+    // loaded there is used and unloaded from this one.
+    let loaded = std::thread::scope(|s| {
+        s.spawn(|| {
+            let loaded = a100.load(&cubin).unwrap();
+            assert!(cuda.current().is_null());
+            loaded
+        })
+        .join()
+        .unwrap()
+    });
+    assert_ne!(loaded.kernel("saxpy").unwrap().handle, 0);
+    assert!(cuda.current().is_null());
+    drop(loaded);
+    assert!(cuda.current().is_null());
+    assert!(!cuda.active(0));
+    let calls = std::fs::read_to_string(env_path("FAKE_CALL_LOG")).unwrap();
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        [
+            "cuDevicePrimaryCtxRetain 1",
+            "cuDevicePrimaryCtxRetain 0",
+            "cuModuleUnload 1",
+            "cuDevicePrimaryCtxRelease_v2 0",
+            "cuDevicePrimaryCtxRetain 0",
+            "cuDevicePrimaryCtxRelease_v2 0",
+            "cuDevicePrimaryCtxRelease_v2 1",
+            "cuDevicePrimaryCtxRetain 0",
+            "cuModuleUnload 2",
+            "cuDevicePrimaryCtxRelease_v2 0"
+        ]
     );
 }
 

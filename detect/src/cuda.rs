@@ -8,8 +8,11 @@
 //! `cuDeviceGetCount`, `cuDeviceGet`, and the compute capability from
 //! attributes 75/76; plus the name, the PCI bus ID and `cuDriverGetVersion`
 //! (1000 × major + 10 × minor), which bounds the PTX ISA the driver can JIT.
-//! `CUDA_VISIBLE_DEVICES` is applied by the driver inside `cuInit`.
+//! `CUDA_VISIBLE_DEVICES` is applied by the driver inside `cuInit`. Each
+//! device is returned as a [`Gpu`] record with the [`Driver`] that loads
+//! images on it ([`module`]).
 
+mod module;
 mod sys;
 
 use std::ffi::{c_char, c_int, CStr};
@@ -18,32 +21,34 @@ use std::path::PathBuf;
 use offload_loader::select::DeviceTarget;
 use offload_loader::target::{nvptx::max_ptx_for_driver, ComputeCapability};
 
-pub(crate) use sys::{CuDevicePtr, CuResult, Handle, SUCCESS};
+pub(crate) use module::{Driver, Loaded};
+use sys::{CuResult, SUCCESS};
 
 use crate::library::{self, resolve, Cache};
-use crate::{Backend, BackendReport, Device, DriverStatus, Reason, Source, Status};
+use crate::report::{Backend, BackendReport, DriverStatus, Reason, Status};
 
 const DEFAULT_CANDIDATES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
 
 /// The CUDA driver entry points this crate uses, resolved once per library.
 pub(crate) struct Api {
-    pub path: PathBuf,
-    pub init: sys::Init,
-    pub driver_get_version: sys::DriverGetVersion,
-    pub device_get_count: sys::DeviceGetCount,
-    pub device_get: sys::DeviceGet,
-    pub device_get_attribute: sys::DeviceGetAttribute,
-    pub device_get_name: sys::DeviceGetString,
-    pub device_get_pci_bus_id: sys::DeviceGetString,
-    pub get_error_string: sys::GetErrorText,
-    pub get_error_name: sys::GetErrorText,
-    pub primary_ctx_retain: sys::PrimaryCtxRetain,
-    pub primary_ctx_release: sys::PrimaryCtxRelease,
-    pub ctx_set_current: sys::CtxSetCurrent,
-    pub module_load_data: sys::ModuleLoadData,
-    pub module_get_function: sys::ModuleGetFunction,
-    pub module_get_global: sys::ModuleGetGlobal,
-    pub module_unload: sys::ModuleUnload,
+    path: PathBuf,
+    init: sys::Init,
+    driver_get_version: sys::DriverGetVersion,
+    device_get_count: sys::DeviceGetCount,
+    device_get: sys::DeviceGet,
+    device_get_attribute: sys::DeviceGetAttribute,
+    device_get_name: sys::DeviceGetString,
+    device_get_pci_bus_id: sys::DeviceGetString,
+    get_error_string: sys::GetErrorText,
+    get_error_name: sys::GetErrorText,
+    primary_ctx_retain: sys::PrimaryCtxRetain,
+    primary_ctx_release: sys::PrimaryCtxRelease,
+    ctx_push_current: sys::CtxPushCurrent,
+    ctx_pop_current: sys::CtxPopCurrent,
+    module_load_data: sys::ModuleLoadData,
+    module_get_function: sys::ModuleGetFunction,
+    module_get_global: sys::ModuleGetGlobal,
+    module_unload: sys::ModuleUnload,
 }
 
 impl std::fmt::Debug for Api {
@@ -74,8 +79,9 @@ pub(crate) fn open(library: Option<PathBuf>) -> Result<&'static Api, Reason> {
             get_error_string: resolve!(lib, path, "cuGetErrorString"),
             get_error_name: resolve!(lib, path, "cuGetErrorName"),
             primary_ctx_retain: resolve!(lib, path, "cuDevicePrimaryCtxRetain"),
-            primary_ctx_release: resolve!(lib, path, "cuDevicePrimaryCtxRelease"),
-            ctx_set_current: resolve!(lib, path, "cuCtxSetCurrent"),
+            primary_ctx_release: resolve!(lib, path, "cuDevicePrimaryCtxRelease_v2"),
+            ctx_push_current: resolve!(lib, path, "cuCtxPushCurrent_v2"),
+            ctx_pop_current: resolve!(lib, path, "cuCtxPopCurrent_v2"),
             module_load_data: resolve!(lib, path, "cuModuleLoadData"),
             module_get_function: resolve!(lib, path, "cuModuleGetFunction"),
             module_get_global: resolve!(lib, path, "cuModuleGetGlobal_v2"),
@@ -87,7 +93,7 @@ pub(crate) fn open(library: Option<PathBuf>) -> Result<&'static Api, Reason> {
 
 impl Api {
     /// The result with the driver's own name and description.
-    pub fn status(&self, result: CuResult) -> DriverStatus {
+    pub(crate) fn status(&self, result: CuResult) -> DriverStatus {
         let text = |f: sys::GetErrorText, unknown: &str| {
             let mut p: *const c_char = std::ptr::null();
             // SAFETY: writes a pointer to a static string owned by the driver
@@ -118,8 +124,25 @@ impl Api {
     }
 }
 
+/// What the driver reports about one device.
+#[derive(Debug)]
+pub(crate) struct Gpu {
+    /// Its compute capability, and the newest PTX ISA the driver can JIT.
+    pub(crate) target: DeviceTarget,
+    /// The device ordinal (after `CUDA_VISIBLE_DEVICES`).
+    pub(crate) ordinal: u32,
+    /// `cuDeviceGetName`.
+    pub(crate) name: Option<String>,
+    /// `cuDeviceGetPCIBusId`.
+    pub(crate) pci_bus_id: Option<String>,
+    /// `cuDriverGetVersion`.
+    pub(crate) driver_version: Option<u32>,
+    /// What loads images on it.
+    pub(crate) driver: Driver,
+}
+
 /// Detection through an opened driver, run on a detection thread.
-pub(crate) fn detect(api: &'static Api) -> (Vec<Device>, BackendReport) {
+pub(crate) fn detect(api: &'static Api) -> (Vec<Gpu>, BackendReport) {
     let report = |status, reason| BackendReport::new(Backend::Cuda, status, reason);
     match enumerate(api) {
         Ok(devices) => {
@@ -130,7 +153,7 @@ pub(crate) fn detect(api: &'static Api) -> (Vec<Device>, BackendReport) {
     }
 }
 
-fn enumerate(api: &'static Api) -> Result<Vec<Device>, (Status, Reason)> {
+fn enumerate(api: &'static Api) -> Result<Vec<Gpu>, (Status, Reason)> {
     let unavailable = |r| (Status::Unavailable, r);
     // SAFETY: `cuInit(0)` is the documented first call; it may be repeated.
     let result = unsafe { (api.init)(0) };
@@ -189,20 +212,17 @@ fn enumerate(api: &'static Api) -> Result<Vec<Device>, (Status, Reason)> {
             );
             continue;
         };
-        let mut device = Device::new(
-            Source::Cuda,
-            DeviceTarget::Nvidia {
+        devices.push(Gpu {
+            target: DeviceTarget::Nvidia {
                 capability: ComputeCapability { major, minor },
                 max_ptx: version.and_then(max_ptx_for_driver),
             },
-            ordinal as u32,
-        );
-        device.name = device_string(api.device_get_name, dev);
-        device.pci_bus_id = device_string(api.device_get_pci_bus_id, dev);
-        device.driver_version = version;
-        device.handle = dev as u64;
-        device.driver = crate::driver::DriverRef::Cuda(api);
-        devices.push(device);
+            ordinal: ordinal as u32,
+            name: device_string(api.device_get_name, dev),
+            pci_bus_id: device_string(api.device_get_pci_bus_id, dev),
+            driver_version: version,
+            driver: Driver { api, device: dev },
+        });
     }
     if devices.is_empty() {
         return Err((

@@ -14,30 +14,28 @@
 //! `HSA_AGENT_INFO_NAME`), its UUID, and its ISAs (`hsa_agent_iterate_isas`,
 //! `hsa_isa_get_info_alt` `NAME_LENGTH` / `NAME`): the first is the agent's
 //! own, `amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-`, which gives the full
-//! target ID; the generic one that may follow is kept in [`Device::isas`].
+//! target ID; the generic one that may follow is kept too. Each GPU is
+//! returned as a [`Gpu`] record with the [`Driver`] that loads images on it
+//! ([`load`]).
 //!
 //! The runtime stays initialised when it reports a GPU, because images are
-//! loaded through it later ([`crate::driver`]); when it reports none,
+//! loaded through it later; when it reports none,
 //! `hsa_shut_down` balances the `hsa_init`. `ROCR_VISIBLE_DEVICES` and
 //! `HSA_OVERRIDE_GFX_VERSION` are applied by the runtime itself.
 
+mod load;
 mod sys;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::path::PathBuf;
 
-use offload_loader::select::DeviceTarget;
 use offload_loader::target::TargetId;
 
-pub use sys::status_name;
-pub(crate) use sys::{
-    Agent, CodeObjectReader, Executable, ExecutableSymbol, LoadedCodeObject, PROFILE_FULL,
-    ROUNDING_MODE_DEFAULT, STATUS_SUCCESS, SYMBOL_INFO_KERNEL_OBJECT, SYMBOL_INFO_VARIABLE_ADDRESS,
-    SYMBOL_INFO_VARIABLE_SIZE,
-};
+pub(crate) use load::{Driver, Loaded};
+use sys::{Agent, STATUS_SUCCESS};
 
 use crate::library::{self, resolve, Cache};
-use crate::{Backend, BackendReport, Device, DriverStatus, Reason, Source, Status};
+use crate::report::{Backend, BackendReport, DriverStatus, Reason, Status};
 
 const DEFAULT_CANDIDATES: [&str; 3] = [
     "libhsa-runtime64.so.1",
@@ -47,22 +45,22 @@ const DEFAULT_CANDIDATES: [&str; 3] = [
 
 /// The HSA entry points this crate uses, resolved once per library.
 pub(crate) struct Api {
-    pub path: PathBuf,
-    pub init: sys::Init,
-    pub shut_down: sys::ShutDown,
-    pub status_string: sys::StatusString,
-    pub iterate_agents: sys::IterateAgents,
-    pub agent_get_info: sys::AgentGetInfo,
-    pub agent_iterate_isas: sys::AgentIterateIsas,
-    pub isa_get_info_alt: sys::IsaGetInfoAlt,
-    pub reader_create_from_memory: sys::CodeObjectReaderCreateFromMemory,
-    pub reader_destroy: sys::CodeObjectReaderDestroy,
-    pub executable_create_alt: sys::ExecutableCreateAlt,
-    pub executable_load_agent_code_object: sys::ExecutableLoadAgentCodeObject,
-    pub executable_freeze: sys::ExecutableFreeze,
-    pub executable_get_symbol_by_name: sys::ExecutableGetSymbolByName,
-    pub executable_symbol_get_info: sys::ExecutableSymbolGetInfo,
-    pub executable_destroy: sys::ExecutableDestroy,
+    path: PathBuf,
+    init: sys::Init,
+    shut_down: sys::ShutDown,
+    status_string: sys::StatusString,
+    iterate_agents: sys::IterateAgents,
+    agent_get_info: sys::AgentGetInfo,
+    agent_iterate_isas: sys::AgentIterateIsas,
+    isa_get_info_alt: sys::IsaGetInfoAlt,
+    reader_create_from_memory: sys::CodeObjectReaderCreateFromMemory,
+    reader_destroy: sys::CodeObjectReaderDestroy,
+    executable_create_alt: sys::ExecutableCreateAlt,
+    executable_load_agent_code_object: sys::ExecutableLoadAgentCodeObject,
+    executable_freeze: sys::ExecutableFreeze,
+    executable_get_symbol_by_name: sys::ExecutableGetSymbolByName,
+    executable_symbol_get_info: sys::ExecutableSymbolGetInfo,
+    executable_destroy: sys::ExecutableDestroy,
 }
 
 impl std::fmt::Debug for Api {
@@ -113,7 +111,7 @@ pub(crate) fn open(library: Option<PathBuf>) -> Result<&'static Api, Reason> {
 
 impl Api {
     /// The status with the runtime's own description (`hsa_status_string`).
-    pub fn status(&self, status: sys::Status) -> DriverStatus {
+    pub(crate) fn status(&self, status: sys::Status) -> DriverStatus {
         let mut text: *const c_char = std::ptr::null();
         // SAFETY: `hsa_status_string` writes a pointer to a static string it
         // owns (ROCR's hsa.cpp needs no initialised runtime for it).
@@ -126,7 +124,7 @@ impl Api {
         } else {
             String::new()
         };
-        let name = status_name(status);
+        let name = sys::status_name(status);
         // ROCR's strings start with the name: keep it once.
         let message = text
             .strip_prefix(name)
@@ -141,8 +139,25 @@ impl Api {
     }
 }
 
+/// What the runtime reports about one GPU agent.
+#[derive(Debug)]
+pub(crate) struct Gpu {
+    /// The full target ID of the agent's own ISA.
+    pub(crate) target: TargetId,
+    /// `HSA_AGENT_INFO_NODE`, the KFD node.
+    pub(crate) node: u32,
+    /// `HSA_AMD_AGENT_INFO_PRODUCT_NAME`, else `HSA_AGENT_INFO_NAME`.
+    pub(crate) name: Option<String>,
+    /// `HSA_AMD_AGENT_INFO_UUID`, when it is a real one (not `GPU-XX`).
+    pub(crate) uuid: Option<String>,
+    /// The ISA names, the agent's own first.
+    pub(crate) isas: Vec<String>,
+    /// What loads images on it.
+    pub(crate) driver: Driver,
+}
+
 /// Detection through an opened runtime, run on a detection thread.
-pub(crate) fn detect(api: &'static Api) -> (Vec<Device>, BackendReport) {
+pub(crate) fn detect(api: &'static Api) -> (Vec<Gpu>, BackendReport) {
     let report = |status, reason| BackendReport::new(Backend::Hsa, status, reason);
     match enumerate(api) {
         Ok(devices) => {
@@ -153,7 +168,7 @@ pub(crate) fn detect(api: &'static Api) -> (Vec<Device>, BackendReport) {
     }
 }
 
-fn enumerate(api: &'static Api) -> Result<Vec<Device>, (Status, Reason)> {
+fn enumerate(api: &'static Api) -> Result<Vec<Gpu>, (Status, Reason)> {
     // SAFETY: `hsa_init` takes no arguments and is reference-counted by the
     // runtime; it is balanced below when no GPU is found.
     let status = unsafe { (api.init)() };
@@ -179,7 +194,7 @@ fn enumerate(api: &'static Api) -> Result<Vec<Device>, (Status, Reason)> {
     result
 }
 
-fn gpu_devices(api: &'static Api) -> Result<Vec<Device>, (Status, Reason)> {
+fn gpu_devices(api: &'static Api) -> Result<Vec<Gpu>, (Status, Reason)> {
     let mut agents: Vec<Agent> = Vec::new();
     // SAFETY: `push_agent` has the `AgentCallback` signature and `agents`
     // outlives the call, which invokes the callback synchronously.
@@ -209,19 +224,16 @@ fn gpu_devices(api: &'static Api) -> Result<Vec<Device>, (Status, Reason)> {
             unknown.push(isas.first().cloned().unwrap_or_else(|| "no ISA".into()));
             continue;
         };
-        let mut device = Device::new(
-            Source::Hsa,
-            DeviceTarget::Amdgpu(target),
-            info_u32(api, agent, sys::AGENT_INFO_NODE).unwrap_or(0),
-        );
-        device.name = info_string(api, agent, sys::AMD_AGENT_INFO_PRODUCT_NAME)
-            .or_else(|| info_string(api, agent, sys::AGENT_INFO_NAME));
-        device.uuid = info_string(api, agent, sys::AMD_AGENT_INFO_UUID)
-            .filter(|u| u.starts_with("GPU-") && u != "GPU-XX");
-        device.isas = isas;
-        device.handle = agent.handle;
-        device.driver = crate::driver::DriverRef::Hsa(api);
-        devices.push(device);
+        devices.push(Gpu {
+            target,
+            node: info_u32(api, agent, sys::AGENT_INFO_NODE).unwrap_or(0),
+            name: info_string(api, agent, sys::AMD_AGENT_INFO_PRODUCT_NAME)
+                .or_else(|| info_string(api, agent, sys::AGENT_INFO_NAME)),
+            uuid: info_string(api, agent, sys::AMD_AGENT_INFO_UUID)
+                .filter(|u| u.starts_with("GPU-") && u != "GPU-XX"),
+            isas,
+            driver: Driver { api, agent },
+        });
     }
     if devices.is_empty() {
         let reason = if unknown.is_empty() {
@@ -317,7 +329,7 @@ fn isa_names(api: &Api, agent: Agent) -> Vec<String> {
 
 /// The target ID in an HSA ISA name, `amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-`
 /// → `gfx90a:sramecc+:xnack-` (the part after the triple's empty environment).
-pub fn target_of_isa(isa: &str) -> Option<TargetId> {
+fn target_of_isa(isa: &str) -> Option<TargetId> {
     let id = isa
         .strip_prefix("amdgcn-amd-amdhsa--")
         .or_else(|| isa.rsplit_once("--").map(|(_, id)| id))?;
@@ -332,6 +344,7 @@ fn specific_target(isa: &str) -> Option<TargetId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sys::status_name;
 
     #[test]
     fn isa_names_give_targets() {

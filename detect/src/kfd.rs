@@ -9,7 +9,7 @@
 //!
 //! KFD names the processor only: xnack and sramecc stay unknown
 //! ([`FeatureSetting::Any`](offload_loader::target::FeatureSetting),
-//! [`Device::unknown_features`]). It is consulted only when the HSA runtime is
+//! `Device::unknown_features`). It is consulted only when the HSA runtime is
 //! absent or failed, because HSA knows the features and KFD does not; and it
 //! costs no library load. Since no runtime runs, this module applies what
 //! libhsakmt and ROCR would: `HSA_OVERRIDE_GFX_VERSION` (`_<node>` first)
@@ -17,18 +17,36 @@
 
 use std::path::{Path, PathBuf};
 
-use offload_loader::select::DeviceTarget;
 use offload_loader::target::{Processor, TargetId};
 
+use crate::config::Config;
 use crate::overrides::gfx_override_processor;
-use crate::{visible, Backend, BackendReport, Config, Device, Reason, Source, Status};
+use crate::report::{Backend, BackendReport, Reason, Status};
+use crate::visible;
 
 /// Where the topology's nodes are on Linux.
-pub const DEFAULT_ROOT: &str = "/sys/devices/virtual/kfd/kfd/topology/nodes";
+const DEFAULT_ROOT: &str = "/sys/devices/virtual/kfd/kfd/topology/nodes";
+
+/// One GPU node of the topology.
+#[derive(Debug)]
+pub(crate) struct Node {
+    /// Its processor, with xnack and sramecc unknown (`Any`).
+    pub(crate) target: TargetId,
+    /// The node's number.
+    pub(crate) node: u32,
+    /// `GPU-<unique_id as 16 hex digits>`, when `unique_id` is not 0.
+    pub(crate) uuid: Option<String>,
+}
+
+impl visible::Listed for Node {
+    fn uuid(&self) -> Option<&str> {
+        self.uuid.as_deref()
+    }
+}
 
 /// The processor of a `gfx_target_version` value (e.g. 90010 → gfx90a), split
 /// as libhsakmt's `HSA_GET_GFX_VERSION_*` macros split it.
-pub fn processor_of(version: u32) -> Option<&'static Processor> {
+fn processor_of(version: u32) -> Option<&'static Processor> {
     let (major, minor, step) = (
         (version / 10000) % 100,
         (version / 100) % 100,
@@ -58,7 +76,7 @@ fn read_properties(node: &Path) -> Option<Properties> {
     Some(props)
 }
 
-pub(crate) fn detect(config: &Config) -> (Vec<Device>, BackendReport) {
+pub(crate) fn detect(config: &Config) -> (Vec<Node>, BackendReport) {
     let root = config
         .kfd_root
         .clone()
@@ -125,14 +143,11 @@ pub(crate) fn detect(config: &Config) -> (Vec<Device>, BackendReport) {
             ));
             continue;
         };
-        let mut device = Device::new(
-            Source::Kfd,
-            DeviceTarget::Amdgpu(TargetId::new(processor)),
+        devices.push(Node {
+            target: TargetId::new(processor),
             node,
-        );
-        device.unknown_features = true;
-        device.uuid = (props.unique_id != 0).then(|| format!("GPU-{:016x}", props.unique_id));
-        devices.push(device);
+            uuid: (props.unique_id != 0).then(|| format!("GPU-{:016x}", props.unique_id)),
+        });
     }
     let found = devices.len();
     if let Some(list) = &config.rocr_visible {

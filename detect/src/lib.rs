@@ -10,14 +10,14 @@
 //! 1. `OFFLOAD_LOADER_DEVICES` ([`overrides`]) replaces detection entirely;
 //!    an invalid entry makes it fail with a reason and no device (never a
 //!    silent fall-back to detection).
-//! 2. The HSA runtime ([`hsa`]), loaded at run time, never linked. It is
+//! 2. The HSA runtime (module `hsa`), loaded at run time, never linked. It is
 //!    authoritative when it works (it reports a GPU, or that there is none).
-//! 3. The KFD topology in sysfs ([`kfd`]), only when HSA is absent or fails:
+//! 3. The KFD topology in sysfs (module `kfd`), only when HSA is absent or fails:
 //!    it names the processor but cannot tell xnack or sramecc.
-//! 4. The CUDA driver ([`cuda`]), loaded at run time.
+//! 4. The CUDA driver (module `cuda`), loaded at run time.
 //!
 //! Devices are listed AMD first, then NVIDIA, after the visible-devices
-//! lists ([`visible`] says which variable is applied by whom).
+//! lists (module `visible` says which variable is applied by whom).
 //!
 //! Detection never fails the host program and never prints: each backend ends
 //! in a [`BackendReport`] whose [`Reason`] reads as one plain sentence, and
@@ -26,6 +26,15 @@
 //! driver cannot hang the program, except with [`devices_in_place`]. A missing
 //! library costs one failed `dlopen` and no thread. Libraries are opened once
 //! per process and path and never closed.
+//!
+//! ## Layout
+//!
+//! Data flows down; each module uses only those above it:
+//! `report`, `library` (opening driver libraries), `config`, `image` (what a
+//! load gives) → the backends `hsa` and `cuda`, each with its raw API table
+//! (`sys`), its detection and its own load code → `visible`, `overrides`,
+//! `kfd` → `driver` (dispatch over the backends' loaded images) → `device`
+//! (the one place a backend's record becomes a [`Device`]) → this file.
 //!
 //! ## Environment
 //!
@@ -41,113 +50,26 @@
 //! | `CUDA_VISIBLE_DEVICES` | the CUDA driver | whatever the driver accepts |
 
 mod config;
-pub mod cuda;
-pub mod driver;
-pub mod hsa;
-pub mod kfd;
+mod cuda;
+mod device;
+mod driver;
+mod hsa;
+mod image;
+mod kfd;
 mod library;
 pub mod overrides;
 mod report;
-pub mod visible;
+mod visible;
 
-use std::fmt;
 use std::time::Duration;
 
-use offload_loader::select::DeviceTarget;
 use once_cell::sync::OnceCell;
 
 pub use config::Config;
-pub use driver::{load, DriverError, Global, KernelHandle, LoadedImage, Module};
-pub use report::{Backend, BackendReport, DriverStatus, Reason, Status};
-
-/// Where a device was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Source {
-    /// `OFFLOAD_LOADER_DEVICES`.
-    Override,
-    /// The HSA runtime.
-    Hsa,
-    /// The KFD topology in sysfs.
-    Kfd,
-    /// The CUDA driver.
-    Cuda,
-}
-
-impl Source {
-    /// Its name in reports: `override`, `hsa`, `kfd`, `cuda`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Source::Override => "override",
-            Source::Hsa => "hsa",
-            Source::Kfd => "kfd",
-            Source::Cuda => "cuda",
-        }
-    }
-}
-
-/// A GPU.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Device {
-    /// Position in [`Detection::devices`], from 0.
-    pub index: usize,
-    /// What it runs.
-    pub target: DeviceTarget,
-    /// Where it was found.
-    pub source: Source,
-    /// Marketing name, if known (`AMD Instinct MI210`, `NVIDIA H100 80GB HBM3`).
-    pub name: Option<String>,
-    /// The HSA agent's KFD node (`HSA_AGENT_INFO_NODE`), the KFD node, the
-    /// CUDA device ordinal (after `CUDA_VISIBLE_DEVICES`), or the position in
-    /// `OFFLOAD_LOADER_DEVICES`.
-    pub ordinal: u32,
-    /// `GPU-<16 hex digits>` for AMD GPUs that have one (HSA
-    /// `HSA_AMD_AGENT_INFO_UUID`, KFD `unique_id`).
-    pub uuid: Option<String>,
-    /// PCI bus ID, `0000:41:00.0` (CUDA).
-    pub pci_bus_id: Option<String>,
-    /// CUDA driver version, 1000 × major + 10 × minor.
-    pub driver_version: Option<u32>,
-    /// ISA names the HSA runtime reports, the device's own first, then the
-    /// generic one (`amdgcn-amd-amdhsa--gfx11-generic`).
-    pub isas: Vec<String>,
-    /// Whether the source could not tell the xnack/sramecc settings (KFD):
-    /// they are then `Any` in [`Device::target`].
-    pub unknown_features: bool,
-    /// The driver's handle for it: HSA agent handle, `CUdevice`.
-    pub(crate) handle: u64,
-    /// The driver that found it, used to load images.
-    pub(crate) driver: driver::DriverRef,
-}
-
-impl Device {
-    pub(crate) fn new(source: Source, target: DeviceTarget, ordinal: u32) -> Device {
-        Device {
-            index: 0,
-            target,
-            source,
-            name: None,
-            ordinal,
-            uuid: None,
-            pci_bus_id: None,
-            driver_version: None,
-            isas: Vec::new(),
-            unknown_features: false,
-            handle: 0,
-            driver: driver::DriverRef::None,
-        }
-    }
-}
-
-impl fmt::Display for Device {
-    /// `gfx90a:sramecc+:xnack- (hsa) AMD Instinct MI210`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.target, self.source.name())?;
-        if let Some(name) = &self.name {
-            write!(f, " {name}")?;
-        }
-        Ok(())
-    }
-}
+pub use device::{load, Device};
+pub use driver::{LoadedImage, Module};
+pub use image::{DriverError, Global, KernelHandle};
+pub use report::{Backend, BackendReport, DriverStatus, Reason, Source, Status};
 
 /// The devices found and what each backend said.
 #[derive(Debug, Clone, Default)]
@@ -165,6 +87,12 @@ impl Detection {
         self.backends.iter().find(|r| r.backend == backend)
     }
 }
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Device>();
+    assert_send_sync::<Detection>();
+};
 
 static DETECTION: OnceCell<Detection> = OnceCell::new();
 
@@ -193,9 +121,13 @@ pub fn devices_in_place() -> &'static Detection {
 pub fn detect_with(config: &Config) -> Detection {
     let mut detection = Detection::default();
     if let Some(list) = &config.devices {
-        let (devices, report) = overrides::devices(list);
+        let (targets, report) = overrides::devices(list);
         tracing::debug!(%report, "OFFLOAD_LOADER_DEVICES");
-        detection.devices = devices;
+        detection.devices = targets
+            .into_iter()
+            .enumerate()
+            .map(|(i, target)| Device::from_override(i, target))
+            .collect();
         detection.backends.push(report);
         for backend in [Backend::Hsa, Backend::Kfd, Backend::Cuda] {
             detection.backends.push(BackendReport::new(
@@ -223,14 +155,15 @@ pub fn detect_with(config: &Config) -> Detection {
         ),
     };
     let hsa_answered = matches!(hsa_report.status, Status::Found(_) | Status::NoDevice);
-    let (mut amd, mut kfd_report) = if hsa_answered {
+    let (mut amd, mut kfd_report): (Vec<Device>, _) = if hsa_answered {
         let skipped = Reason::Skipped("the HSA runtime answered");
         (
-            amd,
+            amd.into_iter().map(Device::from_hsa).collect(),
             BackendReport::new(Backend::Kfd, Status::Skipped, Some(skipped)),
         )
     } else {
-        kfd::detect(config)
+        let (nodes, report) = kfd::detect(config);
+        (nodes.into_iter().map(Device::from_kfd).collect(), report)
     };
     if let Some(list) = &config.hip_visible {
         let report = if hsa_answered {
@@ -238,7 +171,7 @@ pub fn detect_with(config: &Config) -> Detection {
         } else {
             &mut kfd_report
         };
-        amd = apply_visible(amd, report, "HIP_VISIBLE_DEVICES", list, visible::hip);
+        amd = apply_visible(amd, report, "HIP_VISIBLE_DEVICES", list);
     }
     detection.backends.push(hsa_report);
     detection.backends.push(kfd_report);
@@ -259,7 +192,10 @@ pub fn detect_with(config: &Config) -> Detection {
     };
     detection.backends.push(cuda_report);
 
-    detection.devices = amd.into_iter().chain(nvidia).collect();
+    detection.devices = amd
+        .into_iter()
+        .chain(nvidia.into_iter().map(Device::from_cuda))
+        .collect();
     for (i, d) in detection.devices.iter_mut().enumerate() {
         d.index = i;
     }
@@ -269,20 +205,20 @@ pub fn detect_with(config: &Config) -> Detection {
     detection
 }
 
-/// Applies a visible-devices list and keeps the backend's report in step: the
-/// count after filtering, and a reason when nothing is left.
+/// Applies the visible-devices list `variable` = `list` ([`visible::hip`])
+/// and keeps the backend's report in step: the count after filtering, and a
+/// reason when nothing is left.
 fn apply_visible(
     devices: Vec<Device>,
     report: &mut BackendReport,
     variable: &'static str,
     list: &str,
-    filter: fn(Vec<Device>, &str) -> Vec<Device>,
 ) -> Vec<Device> {
     let found = devices.len();
     if found == 0 {
         return devices;
     }
-    let devices = filter(devices, list);
+    let devices = visible::hip(devices, list);
     report.status = if devices.is_empty() {
         report.reason = Some(Reason::AllHidden {
             variable,
@@ -300,13 +236,13 @@ fn apply_visible(
 /// driver that hangs in its initialisation cannot hang the host program (the
 /// thread is left behind; a driver that crashes cannot be contained). With
 /// `in_place`, runs it on the calling thread.
-fn on_thread(
+fn on_thread<T: Send + 'static>(
     in_place: bool,
     timeout: Duration,
     what: &str,
     backend: Backend,
-    run: impl FnOnce() -> (Vec<Device>, BackendReport) + Send + 'static,
-) -> (Vec<Device>, BackendReport) {
+    run: impl FnOnce() -> (Vec<T>, BackendReport) + Send + 'static,
+) -> (Vec<T>, BackendReport) {
     if in_place {
         return run();
     }

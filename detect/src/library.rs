@@ -14,7 +14,7 @@ use std::mem::ManuallyDrop;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use crate::Reason;
+use crate::report::Reason;
 
 /// Resolves the C function `$name` from the never-closed `Library` `$lib`
 /// (opened from `$path`) into a value whose type is the signature the vendor's header
@@ -29,7 +29,7 @@ macro_rules! resolve {
         match unsafe { $lib.get(concat!($name, "\0").as_bytes()) } {
             Ok(symbol) => *symbol,
             Err(_) => {
-                return Err($crate::Reason::MissingSymbol {
+                return Err($crate::report::Reason::MissingSymbol {
                     symbol: $name,
                     library: $path.clone(),
                 })

@@ -4,9 +4,9 @@
 use offload_loader::select::DeviceTarget;
 use offload_loader::target::{ArchVariant, NvArch, Processor, TargetId};
 
-use crate::{Backend, BackendReport, Device, Reason, Source, Status};
+use crate::report::{Backend, BackendReport, Reason, Status};
 
-/// Devices from `OFFLOAD_LOADER_DEVICES`: comma-separated device targets, an
+/// The device targets `OFFLOAD_LOADER_DEVICES` lists: comma-separated, an
 /// AMDGPU target ID whose features are the device's settings
 /// (`gfx90a:sramecc+:xnack-`; a feature left out is unknown) or an NVIDIA
 /// `sm_XY`. The list replaces detection entirely: no driver is loaded, and the
@@ -15,7 +15,7 @@ use crate::{Backend, BackendReport, Device, Reason, Source, Status};
 /// One invalid entry makes the whole override fail: the report names the
 /// entry and no device is returned. Falling back to detection would silently
 /// hide a typo; running on fewer devices than asked would too.
-pub(crate) fn devices(list: &str) -> (Vec<Device>, BackendReport) {
+pub(crate) fn devices(list: &str) -> (Vec<DeviceTarget>, BackendReport) {
     let parsed: Result<Vec<DeviceTarget>, Reason> = list
         .split(',')
         .map(str::trim)
@@ -34,16 +34,8 @@ pub(crate) fn devices(list: &str) -> (Vec<Device>, BackendReport) {
             report(Status::NoDevice, Some(Reason::EmptyOverride)),
         ),
         Ok(targets) => {
-            let devices: Vec<Device> = targets
-                .into_iter()
-                .enumerate()
-                .map(|(i, target)| Device {
-                    index: i,
-                    ..Device::new(Source::Override, target, i as u32)
-                })
-                .collect();
-            let n = devices.len();
-            (devices, report(Status::Found(n), None))
+            let n = targets.len();
+            (targets, report(Status::Found(n), None))
         }
         Err(reason) => (Vec::new(), report(Status::Unavailable, Some(reason))),
     }
@@ -118,10 +110,8 @@ mod tests {
     fn override_list() {
         let (d, r) = devices("gfx90a:xnack-:sramecc+, sm_80");
         assert_eq!(r.status, Status::Found(2));
-        assert_eq!(d[0].target.to_string(), "gfx90a:sramecc+:xnack-");
-        assert_eq!(d[1].target.to_string(), "sm_80");
-        assert_eq!(d[1].source, Source::Override);
-        assert_eq!((d[1].index, d[1].ordinal), (1, 1));
+        assert_eq!(d[0].to_string(), "gfx90a:sramecc+:xnack-");
+        assert_eq!(d[1].to_string(), "sm_80");
         let (d, r) = devices("gfx90a,gfx9999");
         assert!(d.is_empty());
         assert_eq!(r.status, Status::Unavailable);

@@ -1,8 +1,33 @@
-//! What each detection backend did, and why it found nothing: typed, with a
-//! `Display` that reads as one plain sentence.
+//! Where a device came from, what each detection backend did, and why it
+//! found nothing: typed, with a `Display` that reads as one plain sentence.
 
 use std::fmt;
 use std::path::PathBuf;
+
+/// Where a device was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// `OFFLOAD_LOADER_DEVICES`.
+    Override,
+    /// The HSA runtime.
+    Hsa,
+    /// The KFD topology in sysfs.
+    Kfd,
+    /// The CUDA driver.
+    Cuda,
+}
+
+impl Source {
+    /// Its name in reports: `override`, `hsa`, `kfd`, `cuda`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Override => "override",
+            Source::Hsa => "hsa",
+            Source::Kfd => "kfd",
+            Source::Cuda => "cuda",
+        }
+    }
+}
 
 /// A detection backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

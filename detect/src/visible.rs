@@ -15,9 +15,14 @@
 //!   `GPU-<uuid>` and `MIG-<uuid>`); this crate leaves it to the driver, so
 //!   every form the driver accepts works.
 //!
-//! Both lists keep the devices they name in the order they name them.
+//! Both lists keep the devices they name in the order they name them. They
+//! apply to anything [`Listed`]: KFD nodes and devices.
 
-use crate::Device;
+/// A GPU in enumeration order, as the visible-devices lists see it.
+pub(crate) trait Listed {
+    /// Its UUID, `GPU-<16 hex digits>`, if it has one.
+    fn uuid(&self) -> Option<&str>;
+}
 
 /// Applies `ROCR_VISIBLE_DEVICES` = `list` to the GPUs in enumeration order,
 /// as `RvdFilter` does: an empty list hides every GPU; tokens are split on
@@ -27,10 +32,10 @@ use crate::Device;
 /// (so `0x1` is 1, `010` is 8, and an empty token is 0); the first token that
 /// is illegal, out of range, ambiguous or names a GPU already chosen ends the
 /// list.
-pub fn rocr(devices: Vec<Device>, list: &str) -> Vec<Device> {
+pub(crate) fn rocr<T: Listed>(devices: Vec<T>, list: &str) -> Vec<T> {
     let uuids: Vec<Option<String>> = devices
         .iter()
-        .map(|d| d.uuid.as_ref().map(|u| u.to_ascii_uppercase()))
+        .map(|d| d.uuid().map(|u| u.to_ascii_uppercase()))
         .collect();
     let mut chosen: Vec<usize> = Vec::new();
     if !list.is_empty() {
@@ -99,14 +104,14 @@ fn strtol_base0(s: &str) -> Option<i64> {
 /// contains it; a token must then be a canonical decimal index (`01`, ` 1`,
 /// `-0` are not) below the GPU count, or the list ends there; a repeated index
 /// is skipped.
-pub fn hip(devices: Vec<Device>, list: &str) -> Vec<Device> {
+pub(crate) fn hip<T: Listed>(devices: Vec<T>, list: &str) -> Vec<T> {
     let mut chosen: Vec<usize> = Vec::new();
     for token in list.split(',') {
         let mut token = token.to_string();
         if token.contains("GPU-") {
             if let Some(i) = devices
                 .iter()
-                .position(|d| d.uuid.as_deref().is_some_and(|u| u.contains(&token)))
+                .position(|d| d.uuid().is_some_and(|u| u.contains(&token)))
             {
                 token = i.to_string();
             }
@@ -123,8 +128,8 @@ pub fn hip(devices: Vec<Device>, list: &str) -> Vec<Device> {
     pick(devices, &chosen)
 }
 
-fn pick(devices: Vec<Device>, chosen: &[usize]) -> Vec<Device> {
-    let mut slots: Vec<Option<Device>> = devices.into_iter().map(Some).collect();
+fn pick<T>(devices: Vec<T>, chosen: &[usize]) -> Vec<T> {
+    let mut slots: Vec<Option<T>> = devices.into_iter().map(Some).collect();
     chosen
         .iter()
         .filter_map(|&i| slots.get_mut(i)?.take())
@@ -134,24 +139,30 @@ fn pick(devices: Vec<Device>, chosen: &[usize]) -> Vec<Device> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use offload_loader::select::DeviceTarget;
 
-    fn gpus(n: usize) -> Vec<Device> {
+    /// A GPU on KFD node `node`.
+    struct Gpu {
+        node: u32,
+        uuid: String,
+    }
+
+    impl Listed for Gpu {
+        fn uuid(&self) -> Option<&str> {
+            Some(&self.uuid)
+        }
+    }
+
+    fn gpus(n: usize) -> Vec<Gpu> {
         (0..n)
-            .map(|i| {
-                let mut d = Device::new(
-                    crate::Source::Kfd,
-                    DeviceTarget::parse("gfx90a").unwrap(),
-                    i as u32 + 1,
-                );
-                d.uuid = Some(format!("GPU-{:016x}", 0xabba_0000_0000_0000u64 + i as u64));
-                d
+            .map(|i| Gpu {
+                node: i as u32 + 1,
+                uuid: format!("GPU-{:016x}", 0xabba_0000_0000_0000u64 + i as u64),
             })
             .collect()
     }
 
-    fn nodes(list: &[Device]) -> Vec<u32> {
-        list.iter().map(|d| d.ordinal).collect()
+    fn nodes(list: &[Gpu]) -> Vec<u32> {
+        list.iter().map(|d| d.node).collect()
     }
 
     #[test]

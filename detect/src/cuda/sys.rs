@@ -32,8 +32,15 @@ pub type DeviceGetString = unsafe extern "C" fn(*mut c_char, c_int, CuDevice) ->
 /// `cuGetErrorString` and `cuGetErrorName`: a pointer to a static string.
 pub type GetErrorText = unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult;
 pub type PrimaryCtxRetain = unsafe extern "C" fn(*mut Handle, CuDevice) -> CuResult;
+/// `cuDevicePrimaryCtxRelease_v2(CUdevice)` (what `cuDevicePrimaryCtxRelease`
+/// names since CUDA 11.0).
 pub type PrimaryCtxRelease = unsafe extern "C" fn(CuDevice) -> CuResult;
-pub type CtxSetCurrent = unsafe extern "C" fn(Handle) -> CuResult;
+/// `cuCtxPushCurrent_v2(CUcontext)` (what `cuCtxPushCurrent` names since
+/// CUDA 4.0): pushes a context on the calling thread's stack.
+pub type CtxPushCurrent = unsafe extern "C" fn(Handle) -> CuResult;
+/// `cuCtxPopCurrent_v2(CUcontext *)`: pops the calling thread's current
+/// context, writing it to the pointer when it is not null.
+pub type CtxPopCurrent = unsafe extern "C" fn(*mut Handle) -> CuResult;
 pub type ModuleLoadData = unsafe extern "C" fn(*mut Handle, *const c_void) -> CuResult;
 pub type ModuleGetFunction = unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> CuResult;
 pub type ModuleGetGlobal =

@@ -1,8 +1,16 @@
 //! The CUDA half: `cu*` symbols with cuda.h's signatures. `CUdevice` values
 //! are physical indices (before `CUDA_VISIBLE_DEVICES`), contexts are
-//! `0x1000 + device`.
+//! `0x1000 + device` (each device's primary context; there are no others).
+//!
+//! As in the real driver, each thread has its own context stack
+//! (`cuCtxPushCurrent_v2`, `cuCtxPopCurrent_v2`, `cuCtxSetCurrent` replacing
+//! the top, `cuCtxGetCurrent` reading it), modules are loaded into the
+//! context on top, and module calls fail with `CUDA_ERROR_INVALID_CONTEXT`
+//! when the stack is empty. Primary contexts count their retains: a release
+//! without a retain fails, and `cuDevicePrimaryCtxGetState` reports a context
+//! active while it is retained.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::Mutex;
 
@@ -54,8 +62,24 @@ fn device(dev: c_int) -> Option<DeviceSpec> {
 }
 
 thread_local! {
-    /// The device of the context current on this thread.
-    static CURRENT: Cell<Option<c_int>> = const { Cell::new(None) };
+    /// This thread's context stack, its current context last.
+    static STACK: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// How many times each physical device's primary context is retained.
+static RETAINS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// The device whose primary context `ctx` is, if it is one.
+fn context_device(ctx: *mut c_void) -> Option<c_int> {
+    let dev = c_int::try_from((ctx as usize).checked_sub(CONTEXT_BASE)?).ok()?;
+    device(dev).map(|_| dev)
+}
+
+/// The device of the context current on this thread.
+fn current_device() -> Option<c_int> {
+    STACK
+        .with(|s| s.borrow().last().copied())
+        .and_then(|ctx| context_device(ctx as *mut c_void))
 }
 
 /// Images loaded by `cuModuleLoadData`, by module handle - 1.
@@ -215,35 +239,109 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: c_
     if device(dev).is_none() {
         return INVALID_DEVICE;
     }
+    if ctx.is_null() {
+        return INVALID_VALUE;
+    }
+    let mut retains = RETAINS.lock().unwrap_or_else(|e| e.into_inner());
+    let i = dev as usize;
+    if retains.len() <= i {
+        retains.resize(i + 1, 0);
+    }
+    retains[i] += 1;
     log_call(format!("cuDevicePrimaryCtxRetain {dev}"));
-    // SAFETY: an out-pointer.
-    unsafe { write(ctx.cast(), (CONTEXT_BASE + dev as usize) as *mut c_void) };
+    // SAFETY: an out-pointer, checked not null.
+    unsafe { *ctx = (CONTEXT_BASE + i) as *mut c_void };
     SUCCESS
 }
 
+/// `cuDevicePrimaryCtxRelease` since CUDA 11.0.
 #[no_mangle]
-pub extern "C" fn cuDevicePrimaryCtxRelease(dev: c_int) -> c_int {
+pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> c_int {
     if device(dev).is_none() {
         return INVALID_DEVICE;
     }
-    log_call(format!("cuDevicePrimaryCtxRelease {dev}"));
+    let mut retains = RETAINS.lock().unwrap_or_else(|e| e.into_inner());
+    match retains.get_mut(dev as usize) {
+        Some(n) if *n > 0 => *n -= 1,
+        _ => return INVALID_CONTEXT,
+    }
+    log_call(format!("cuDevicePrimaryCtxRelease_v2 {dev}"));
     SUCCESS
 }
 
+/// `flags` is always 0; `active` is 1 while the primary context is retained.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: c_int,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> c_int {
+    if device(dev).is_none() {
+        return INVALID_DEVICE;
+    }
+    if flags.is_null() || active.is_null() {
+        return INVALID_VALUE;
+    }
+    let retains = RETAINS.lock().unwrap_or_else(|e| e.into_inner());
+    let retained = retains.get(dev as usize).is_some_and(|&n| n > 0);
+    // SAFETY: out-pointers, checked not null.
+    unsafe {
+        *flags = 0;
+        *active = c_int::from(retained);
+    }
+    SUCCESS
+}
+
+/// Replaces the top of this thread's stack with `ctx` (pushes it when the
+/// stack is empty); a null `ctx` pops the top, if any.
 #[no_mangle]
 pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> c_int {
-    let dev = (ctx as usize).checked_sub(CONTEXT_BASE).map(|d| d as c_int);
-    match dev {
-        Some(d) if device(d).is_some() => {
-            CURRENT.with(|c| c.set(Some(d)));
-            SUCCESS
-        }
-        _ if ctx.is_null() => {
-            CURRENT.with(|c| c.set(None));
-            SUCCESS
-        }
-        _ => INVALID_CONTEXT,
+    if ctx.is_null() {
+        STACK.with(|s| s.borrow_mut().pop());
+        return SUCCESS;
     }
+    if context_device(ctx).is_none() {
+        return INVALID_CONTEXT;
+    }
+    STACK.with(|s| {
+        let mut stack = s.borrow_mut();
+        stack.pop();
+        stack.push(ctx as usize);
+    });
+    SUCCESS
+}
+
+/// `cuCtxPushCurrent` since CUDA 4.0.
+#[no_mangle]
+pub extern "C" fn cuCtxPushCurrent_v2(ctx: *mut c_void) -> c_int {
+    if context_device(ctx).is_none() {
+        return INVALID_CONTEXT;
+    }
+    STACK.with(|s| s.borrow_mut().push(ctx as usize));
+    SUCCESS
+}
+
+/// `cuCtxPopCurrent` since CUDA 4.0.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxPopCurrent_v2(ctx: *mut *mut c_void) -> c_int {
+    let Some(top) = STACK.with(|s| s.borrow_mut().pop()) else {
+        return INVALID_CONTEXT;
+    };
+    // SAFETY: an out-pointer, may be null (cuda.h).
+    unsafe { write(ctx.cast(), top as *mut c_void) };
+    SUCCESS
+}
+
+/// The top of this thread's stack, or null.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut *mut c_void) -> c_int {
+    if ctx.is_null() {
+        return INVALID_VALUE;
+    }
+    let top = STACK.with(|s| s.borrow().last().copied()).unwrap_or(0);
+    // SAFETY: an out-pointer, checked not null.
+    unsafe { *ctx = top as *mut c_void };
+    SUCCESS
 }
 
 /// The size of a cubin (its headers end it) or of NUL-terminated PTX, read the
@@ -270,7 +368,7 @@ unsafe fn image_size(p: *const u8) -> usize {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> c_int {
-    let Some(dev) = CURRENT.with(Cell::get) else {
+    let Some(dev) = current_device() else {
         return INVALID_CONTEXT;
     };
     if let Some(r) = env_num("FAKE_CUDA_LOAD_ERROR") {
@@ -315,6 +413,9 @@ fn find_identifier(text: &[u8], name: &[u8]) -> Option<usize> {
 }
 
 unsafe fn module_symbol(module: *mut c_void, name: *const c_char) -> Result<u64, c_int> {
+    if current_device().is_none() {
+        return Err(INVALID_CONTEXT);
+    }
     if name.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -375,6 +476,9 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
 
 #[no_mangle]
 pub extern "C" fn cuModuleUnload(module: *mut c_void) -> c_int {
+    if current_device().is_none() {
+        return INVALID_CONTEXT;
+    }
     log_call(format!("cuModuleUnload {}", module as usize));
     SUCCESS
 }

@@ -19,7 +19,7 @@
 //! | `FAKE_CUDA_LOAD_ERROR` | result of `cuModuleLoadData` (e.g. 209) |
 //! | `CUDA_VISIBLE_DEVICES` | applied as the driver does, indices only: set but empty hides all; the first invalid, out-of-range or repeated index ends the list |
 //! | `FAKE_DRIVER_LOG` | file to which each successful load appends `hsa load <target-id> <size> <fnv64>` or `cuda load sm_XY <size> <fnv64>` |
-//! | `FAKE_CALL_LOG` | file to which lifecycle calls append a line: `hsa_init`, `hsa_shut_down`, `hsa_executable_destroy`, `hsa_code_object_reader_destroy`, `cuDevicePrimaryCtxRetain <dev>`, `cuDevicePrimaryCtxRelease <dev>`, `cuModuleUnload` |
+//! | `FAKE_CALL_LOG` | file to which lifecycle calls append a line: `hsa_init`, `hsa_shut_down`, `hsa_executable_destroy`, `hsa_code_object_reader_destroy`, `cuDevicePrimaryCtxRetain <dev>`, `cuDevicePrimaryCtxRelease_v2 <dev>`, `cuModuleUnload <module>` |
 //!
 //! Symbols resolve when the loaded image holds the name followed by a NUL (as
 //! ELF string tables do), or, in PTX, as a whole identifier; handles and
