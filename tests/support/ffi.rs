@@ -40,7 +40,7 @@ pub fn built(file: &str) -> Option<PathBuf> {
 pub struct Loader {
     pub tc: Toolchain,
     /// `target/debug`.
-    pub build: PathBuf,
+    pub build_dir: PathBuf,
     /// `liboffload_test_drivers.so`: fake HSA and CUDA drivers.
     pub fake: PathBuf,
 }
@@ -52,7 +52,7 @@ pub fn loader() -> Option<Loader> {
     built("liboffload_loader.a")?;
     Some(Loader {
         tc,
-        build: build_dir(),
+        build_dir: build_dir(),
         fake,
     })
 }
