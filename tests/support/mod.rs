@@ -2,7 +2,8 @@
 //! offload artefacts, built on demand and cached, what the reference tools say
 //! about them, and programs linked with `liboffload_loader`.
 //!
-//! Use it from a test file with `mod support;`:
+//! Use it from a test file with `mod support;` (from `probe/tests` with
+//! `#[path = "../../tests/support/mod.rs"] mod support;`):
 //!
 //! ```ignore
 //! let Some(tc) = support::toolchain() else { return }; // prints "skipped: ..."
@@ -71,9 +72,15 @@ pub fn missing(what: &str, package: &str) {
     eprintln!("skipped: {what} not installed (Debian package {package})");
 }
 
-/// The workspace root (this package's directory).
+/// The workspace root: this package's directory, or its parent for a
+/// member's tests (`probe/tests`) that include this module by path.
 pub fn workspace() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if dir.join("tests/support/mod.rs").exists() {
+        dir
+    } else {
+        dir.parent().unwrap()
+    }
 }
 
 /// A fixture source in `tests/fixtures/src` (e.g. `kernels.hip`).

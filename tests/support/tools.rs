@@ -120,11 +120,20 @@ fn make_toolchain(version: u32) -> Option<Toolchain> {
 /// `/usr/lib/x86_64-linux-gnu/librocsparse.so.0.1` (Debian `librocsparse0`, a
 /// 1.3 GB `.hip_fatbin` of 111 uncompressed bundles), same CI rule.
 pub fn rocsparse() -> Option<PathBuf> {
-    let p = PathBuf::from("/usr/lib/x86_64-linux-gnu/librocsparse.so.0.1");
-    if p.is_file() {
+    system_file(
+        "/usr/lib/x86_64-linux-gnu/librocsparse.so.0.1",
+        "librocsparse0",
+    )
+}
+
+/// `path`, a file Debian package `package` installs, if it exists; same CI
+/// rule.
+pub fn system_file(path: &str, package: &str) -> Option<PathBuf> {
+    let p = PathBuf::from(path);
+    if p.exists() {
         Some(p)
     } else {
-        missing(&p.display().to_string(), "librocsparse0");
+        missing(path, package);
         None
     }
 }
