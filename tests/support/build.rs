@@ -342,12 +342,6 @@ fn show(program: &Path, args: &[String], env: &[(String, String)]) -> String {
 #[derive(Debug)]
 pub struct TempPath(PathBuf);
 
-impl TempPath {
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
 impl std::ops::Deref for TempPath {
     type Target = Path;
     fn deref(&self) -> &Path {

@@ -10,7 +10,6 @@ pub struct OpenMp {
     pub archs: Vec<String>,
     pub output: Output,
     pub sources: Vec<String>,
-    pub extra_args: Vec<String>,
 }
 
 impl OpenMp {
@@ -19,15 +18,10 @@ impl OpenMp {
             archs: strings(archs),
             output: Output::Object,
             sources: vec!["omp_kernels.c".into()],
-            extra_args: Vec::new(),
         }
     }
     pub fn output(mut self, output: Output) -> Self {
         self.output = output;
-        self
-    }
-    pub fn arg(mut self, arg: &str) -> Self {
-        self.extra_args.push(arg.into());
         self
     }
 }
@@ -44,7 +38,6 @@ impl Toolchain {
         if nvptx {
             common.extend(["--cuda-feature=+ptx75".into(), "-foffload-lto".into()]);
         }
-        common.extend(r.extra_args.iter().cloned());
         let first = stem(&r.sources[0]).to_string();
         match r.output {
             Output::Object | Output::Archive => {

@@ -86,8 +86,6 @@ pub struct Bundle {
     /// `-compress`.
     pub compress: bool,
     pub compress_version: Option<u32>,
-    /// `-compression-level=`.
-    pub compression_level: Option<u32>,
     /// `-bundle-align=` (tool default 1).
     pub align: Option<u64>,
 }
@@ -98,7 +96,6 @@ impl Bundle {
             entries: Vec::new(),
             compress: false,
             compress_version: None,
-            compression_level: None,
             align: None,
         }
     }
@@ -230,9 +227,6 @@ impl Toolchain {
         args.push("-output=bundle.bin".into());
         if r.compress {
             args.push("-compress".into());
-        }
-        if let Some(l) = r.compression_level {
-            args.push(format!("-compression-level={l}"));
         }
         if let Some(a) = r.align {
             args.push(format!("-bundle-align={a}"));
