@@ -960,10 +960,10 @@ fn case_hsa_loads() {
         loaded.kernel("a\0b"),
         Err(DriverError::BadName(_))
     ));
-    // The same image on another device, through the form offload-loader-ffi uses.
-    let module = offload_detect::load(&d.devices[3], &image).unwrap();
+    // The same image on another device.
+    let module = d.devices[3].load(&image).unwrap();
     assert_eq!(
-        module.kernel("vector_add").unwrap(),
+        module.kernel("vector_add").unwrap().handle,
         kernel.handle + (1 << 32)
     );
     loaded.unload().unwrap();

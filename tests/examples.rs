@@ -8,15 +8,13 @@ use support::*;
 
 #[test]
 fn list_and_select_example_runs() {
-    let lib = "/usr/lib/x86_64-linux-gnu/librocsparse.so.0";
-    if !std::path::Path::new(lib).exists() {
-        missing(lib, "librocsparse0");
+    let Some(lib) = rocsparse() else {
         return;
-    }
+    };
     let Some(example) = built("examples/list_and_select") else {
         return;
     };
-    let out = run_ok(Command::new(example).args([lib, "gfx908:xnack-"]));
+    let out = run_ok(Command::new(example).arg(&lib).arg("gfx908:xnack-"));
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text.matches(".hip_fatbin bundle at").count(), 111);
     assert_eq!(

@@ -3,108 +3,45 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use support::*;
 
-struct Env {
-    clang: PathBuf,
-    build: PathBuf,
-    fake: PathBuf,
-    include: PathBuf,
-}
-
-fn env() -> Option<Env> {
-    Some(Env {
-        clang: tool("clang", 22)?,
-        fake: built("liboffload_test_drivers.so")?,
-        build: {
-            built("liboffload_loader.so")?;
-            built("liboffload_loader.a")?;
-            build_dir()
-        },
-        include: Path::new(env!("CARGO_MANIFEST_DIR")).join("ffi/include"),
-    })
-}
-
 const ARCHS: &[&str] = &["gfx90a:xnack-", "gfx90a:xnack+", "gfx1100", "gfx11-generic"];
 
-/// Compiles HIP source `src` for `archs` into `out`, with extra link arguments.
-fn hip_for(e: &Env, archs: &[&str], src: &Path, out: &Path, extra: &[String]) {
-    let mut cmd = Command::new(&e.clang);
-    cmd.args(["-x", "hip", "-nogpulib", "-nogpuinc", "-fuse-ld=lld", "-I"])
-        .arg(&e.include)
-        .arg("-I")
-        .arg(program(""))
-        .args(archs.iter().map(|a| format!("--offload-arch={a}")))
-        .arg(src)
-        .args(extra)
-        .arg("-o")
-        .arg(out);
-    run_ok(&mut cmd);
+/// `tests/programs/app.hip` for [`ARCHS`], linked with the shared library.
+fn app() -> LinkedProgram {
+    LinkedProgram::hip(ARCHS, "app.hip")
 }
 
-/// Compiles the test program `src` for [`ARCHS`] into `out`.
-fn hip(e: &Env, src: &str, out: &Path, extra: &[String]) {
-    hip_for(e, ARCHS, &program(src), out, extra);
-}
-
-/// Builds `app.hip` linked with the shared library in a scratch directory
-/// named `name`; returns the directory and the executable.
-fn build_app(e: &Env, name: &str) -> (PathBuf, PathBuf) {
-    let dir = scratch(name);
-    let exe = dir.join("app");
-    hip(e, "app.hip", &exe, &link_shared(e));
-    (dir, exe)
-}
-
-fn link_shared(e: &Env) -> Vec<String> {
-    vec![
-        format!("-L{}", e.build.display()),
-        "-loffload_loader".into(),
-        format!("-Wl,-rpath,{}", e.build.display()),
-    ]
+/// `tests/programs/lib.hip` for [`ARCHS`] as the shared library `name`.
+fn lib(name: &str) -> LinkedProgram {
+    LinkedProgram::hip(ARCHS, "lib.hip").shared_library(name)
 }
 
 /// Runs `exe` with the fake HSA driver showing two AMD GPUs.
-fn run_fake(e: &Env, exe: &Path, args: &[&str], log: &Path, extra_env: &[(&str, &str)]) -> String {
-    let mut cmd = Command::new(exe);
-    cmd.args(args)
-        .env("OFFLOAD_LOADER_HSA_LIBRARY", &e.fake)
-        .env("OFFLOAD_LOADER_CUDA_LIBRARY", &e.fake)
-        .env(
-            "FAKE_HSA_AGENTS",
-            "gfx90a:sramecc+:xnack-;gfx1103|gfx11-generic",
-        )
-        .env("FAKE_DRIVER_LOG", log)
-        .env("OFFLOAD_LOADER_INFO", "1")
-        .env_remove("OFFLOAD_LOADER_DEVICES");
+fn run_fake(
+    e: &Loader,
+    exe: &Path,
+    args: &[&str],
+    log: &Path,
+    extra_env: &[(&str, &str)],
+) -> String {
+    let mut cmd = e.fake_driver(exe, "gfx90a:sramecc+:xnack-;gfx1103|gfx11-generic", log);
+    cmd.args(args);
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
-    let out = run_ok(&mut cmd);
-    String::from_utf8(out.stdout).unwrap() + &String::from_utf8(out.stderr).unwrap()
-}
-
-fn lines(text: &str, prefix: &str) -> Vec<String> {
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .map(String::from)
-        .collect()
+    output_text(&mut cmd)
 }
 
 #[test]
 fn executable_registers_selects_and_resolves_on_each_device() {
-    let Some(e) = env() else { return };
+    let Some(e) = loader() else { return };
     let dir = scratch("hip-exe");
     for (name, compress) in [("plain", false), ("compressed", true)] {
-        let exe = dir.join(name);
-        let mut extra = link_shared(&e);
-        if compress {
-            extra.push("--offload-compress".into());
-        }
-        hip(&e, "app.hip", &exe, &extra);
+        let exe = e.build(if compress { app().compress() } else { app() });
         let log = dir.join(format!("{name}.log"));
         let out = run_fake(&e, &exe, &[], &log, &[]);
         assert!(out.contains("devices=2 libraries=1"), "{out}");
@@ -145,8 +82,8 @@ fn strip_bytes(line: &str) -> String {
 
 #[test]
 fn eager_loading_and_the_loaded_bytes_are_the_selected_image() {
-    let Some(e) = env() else { return };
-    let (dir, exe) = build_app(&e, "hip-eager");
+    let Some(e) = loader() else { return };
+    let (dir, exe) = (scratch("hip-eager"), e.build(app()));
     let log = dir.join("eager.log");
     let out = run_fake(&e, &exe, &[], &log, &[("OFFLOAD_LOADER_EAGER", "1")]);
     assert!(out.contains("app device=gfx1103 kernel=0"), "{out}");
@@ -154,28 +91,13 @@ fn eager_loading_and_the_loaded_bytes_are_the_selected_image() {
     assert_eq!(loads.lines().count(), 2, "{loads}");
     // The bytes loaded on gfx90a are exactly the gfx90a:xnack- image of the
     // executable's bundle, as clang-offload-bundler extracts it.
-    let Some(bundler) = tool("clang-offload-bundler", 22) else {
-        return;
-    };
-    let Some(objcopy) = tool("llvm-objcopy", 22) else {
-        return;
-    };
-    let fatbin = dir.join("fatbin");
-    run_ok(
-        Command::new(objcopy)
-            .arg(format!("--dump-section=.hip_fatbin={}", fatbin.display()))
-            .arg(&exe)
-            .arg(dir.join("stripped")),
-    );
-    let image = dir.join("gfx90a.co");
-    run_ok(Command::new(bundler).args([
-        "-type=o",
-        "-unbundle",
-        "-targets=hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-",
-        &format!("-input={}", fatbin.display()),
-        &format!("-output={}", image.display()),
-    ]));
-    let bytes = std::fs::read(&image).unwrap();
+    let (_, fatbin) = e.tc.hip_fatbin(&exe);
+    let bytes =
+        e.tc.unbundle(
+            &temp_file(&fatbin),
+            "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-",
+        )
+        .unwrap();
     let first = loads.lines().next().unwrap();
     let fnv = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
@@ -188,21 +110,11 @@ fn eager_loading_and_the_loaded_bytes_are_the_selected_image() {
 
 #[test]
 fn shared_library_linked_and_dlopened() {
-    let Some(e) = env() else { return };
+    let Some(e) = loader() else { return };
     let dir = scratch("hip-lib");
-    let lib = dir.join("libkernels.so");
-    let mut extra = link_shared(&e);
-    extra.extend(["-shared".into(), "-fPIC".into()]);
-    hip(&e, "lib.hip", &lib, &extra);
+    let lib = e.build(lib("libkernels.so"));
     // Linked: the library's constructor registers first.
-    let exe = dir.join("linked");
-    let mut extra = link_shared(&e);
-    extra.extend([
-        format!("-L{}", dir.display()),
-        "-lkernels".into(),
-        format!("-Wl,-rpath,{}", dir.display()),
-    ]);
-    hip(&e, "uses_lib.hip", &exe, &extra);
+    let exe = e.build(LinkedProgram::hip(ARCHS, "uses_lib.hip").link(&lib));
     let out = run_fake(&e, &exe, &[], &dir.join("linked.log"), &[]);
     assert!(out.contains("libraries=2"), "{out}");
     for who in ["lib", "main"] {
@@ -218,21 +130,13 @@ fn shared_library_linked_and_dlopened() {
         }
     }
     // dlopen'ed later: registered then, and unregistered at dlclose.
-    let exe = dir.join("dlopens");
-    let mut extra = link_shared(&e);
-    extra.push("-ldl".into());
-    let src = dir.join("dl.hip");
-    std::fs::write(
-        &src,
-        std::fs::read_to_string(program("uses_lib.hip"))
-            .unwrap()
-            .replace(
-                "extern \"C\" void lib_report(int library);",
-                "static void lib_report(int) {}",
-            ),
-    )
-    .unwrap();
-    hip_for(&e, &["gfx90a"], &src, &exe, &extra);
+    let src = std::fs::read_to_string(program("uses_lib.hip"))
+        .unwrap()
+        .replace(
+            "extern \"C\" void lib_report(int library);",
+            "static void lib_report(int) {}",
+        );
+    let exe = e.build(LinkedProgram::hip_text(&["gfx90a"], "dlopens.hip", &src).arg("-ldl"));
     let out = run_fake(&e, &exe, &[lib.to_str().unwrap()], &dir.join("dl.log"), &[]);
     assert!(out.contains("libraries=2"), "{out}");
     assert!(
@@ -255,18 +159,9 @@ fn shared_library_linked_and_dlopened() {
 
 #[test]
 fn static_library_works_as_well() {
-    let Some(e) = env() else { return };
+    let Some(e) = loader() else { return };
     let dir = scratch("hip-static");
-    let exe = dir.join("app");
-    let extra = [
-        "-x".into(),
-        "none".into(),
-        e.build.join("liboffload_loader.a").display().to_string(),
-        "-lpthread".into(),
-        "-ldl".into(),
-        "-lm".into(),
-    ];
-    hip(&e, "app.hip", &exe, &extra);
+    let exe = e.build(app().static_loader());
     let needed = run_ok(Command::new("ldd").arg(&exe));
     assert!(!String::from_utf8_lossy(&needed.stdout).contains("liboffload_loader"));
     let out = run_fake(&e, &exe, &[], &dir.join("log"), &[]);
@@ -275,8 +170,8 @@ fn static_library_works_as_well() {
 
 #[test]
 fn never_aborts_the_host() {
-    let Some(e) = env() else { return };
-    let (dir, exe) = build_app(&e, "hip-failures");
+    let Some(e) = loader() else { return };
+    let (dir, exe) = (scratch("hip-failures"), e.build(app()));
     let log = dir.join("log");
     // A driver whose loads fail: typed error with the driver's own string.
     let out = run_fake(&e, &exe, &[], &log, &[("FAKE_HSA_LOAD_STATUS", "0x1010")]);
@@ -324,11 +219,11 @@ fn never_aborts_the_host() {
 
 #[test]
 fn nothing_leaks_under_valgrind() {
-    let Some(e) = env() else { return };
+    let Some(e) = loader() else { return };
     let Some(valgrind) = system_tool("valgrind", "valgrind") else {
         return;
     };
-    let (_, exe) = build_app(&e, "hip-valgrind");
+    let exe = e.build(app());
     let out = Command::new(valgrind)
         .args([
             "--leak-check=full",
@@ -349,16 +244,12 @@ fn nothing_leaks_under_valgrind() {
 
 #[test]
 fn probe_inspects_a_running_process() {
-    let Some(e) = env() else { return };
-    let dir = scratch("hip-pid");
-    let exe = dir.join("waits");
-    let src = dir.join("waits.hip");
-    std::fs::write(
-        &src,
+    let Some(e) = loader() else { return };
+    let exe = e.build(LinkedProgram::hip_text(
+        &["gfx90a", "gfx1100"],
+        "waits.hip",
         "#include \"hip_prelude.h\"\n__attribute__((global)) void k(int *p) { *p = 1; }\nint main() { printf(\"ready\\n\"); fflush(stdout); return getchar() == EOF ? 0 : 1; }\n",
-    )
-    .unwrap();
-    hip_for(&e, &["gfx90a", "gfx1100"], &src, &exe, &link_shared(&e));
+    ));
     let mut child = Command::new(&exe)
         .env("OFFLOAD_LOADER_DEVICES", "gfx1100")
         .stdin(std::process::Stdio::piped())
@@ -367,7 +258,7 @@ fn probe_inspects_a_running_process() {
         .unwrap();
     let mut ready = [0u8; 6];
     std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut ready).unwrap();
-    let probe = e.build.join("offload-probe");
+    let probe = e.build_dir.join("offload-probe");
     let out = Command::new(&probe)
         .args([
             "--json",
@@ -398,20 +289,18 @@ fn probe_inspects_a_running_process() {
 
 #[test]
 fn libraries_register_from_several_threads_at_once() {
-    let Some(e) = env() else { return };
+    let Some(e) = loader() else { return };
     let dir = scratch("hip-threads");
-    let mut libs = Vec::new();
-    for i in 0..4 {
-        let lib = dir.join(format!("libk{i}.so"));
-        let mut extra = link_shared(&e);
-        extra.extend(["-shared".into(), "-fPIC".into()]);
-        hip(&e, "lib.hip", &lib, &extra);
-        libs.push(lib.display().to_string());
-    }
-    let exe = dir.join("threads");
-    let mut extra = link_shared(&e);
-    extra.extend(["-ldl".into(), "-lpthread".into()]);
-    hip(&e, "threads.hip", &exe, &extra);
+    // Four builds of one library (each named for itself: four distinct
+    // libraries to the dynamic linker).
+    let libs: Vec<String> = (0..4)
+        .map(|i| e.build(lib(&format!("libk{i}.so"))).display().to_string())
+        .collect();
+    let exe = e.build(
+        LinkedProgram::hip(ARCHS, "threads.hip")
+            .arg("-ldl")
+            .arg("-lpthread"),
+    );
     let args: Vec<&str> = libs.iter().map(String::as_str).collect();
     // Eager loading from the constructors of dlopen'ed libraries: the driver
     // library is opened on the registering thread, so detection does not

@@ -3,64 +3,21 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
-
 use support::*;
 
 #[test]
 fn openmp_program_registers_images_and_entries() {
-    let Some(clang) = tool("clang", 22) else {
-        return;
-    };
-    let (Some(lib), Some(fake)) = (
-        built("liboffload_loader.so"),
-        built("liboffload_test_drivers.so"),
-    ) else {
-        return;
-    };
-    if !Path::new("/usr/lib/llvm-22/lib/libomp.so").exists() {
-        missing("libomp.so (LLVM 22)", "libomp-22-dev");
-        return;
-    }
+    let Some(e) = loader() else { return };
     let dir = scratch("omp");
     // No libomptarget is packaged: the library stands in for it.
-    let shim = dir.join("shim");
-    std::fs::create_dir_all(&shim).unwrap();
-    std::os::unix::fs::symlink(&lib, shim.join("libomptarget.so")).unwrap();
-    let exe = dir.join("omp");
-    run_ok(
-        Command::new(clang)
-            .args([
-                "-fopenmp",
-                "--offload-arch=gfx90a:xnack-,gfx1100",
-                "-nogpulib",
-            ])
-            .args([
-                "-Xoffload-linker",
-                "--unresolved-symbols=ignore-all",
-                "-fuse-ld=lld",
-            ])
-            .arg(format!(
-                "-I{}",
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("ffi/include")
-                    .display()
-            ))
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/openmp_query.c"))
-            .arg(format!("-L{}", shim.display()))
-            .arg(format!("-Wl,-rpath,{}", shim.display()))
-            .arg("-o")
-            .arg(&exe),
-    );
+    let exe = e.build(LinkedProgram::openmp(
+        &["gfx90a:xnack-", "gfx1100"],
+        "examples/openmp_query.c",
+    ));
     let log = dir.join("log");
     let out = run_ok(
-        Command::new(&exe)
-            .env("OFFLOAD_LOADER_HSA_LIBRARY", &fake)
-            .env("OFFLOAD_LOADER_CUDA_LIBRARY", "/nonexistent")
-            .env("FAKE_HSA_AGENTS", "gfx90a:sramecc+:xnack-;gfx1100")
-            .env("FAKE_DRIVER_LOG", &log)
-            .env("OFFLOAD_LOADER_INFO", "1"),
+        e.fake_driver(&exe, "gfx90a:sramecc+:xnack-;gfx1100", &log)
+            .env("OFFLOAD_LOADER_CUDA_LIBRARY", "/nonexistent"),
     );
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);

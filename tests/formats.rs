@@ -1,11 +1,16 @@
 //! The loader's reading of real clang output, compared with the reference
 //! tools: `clang-offload-bundler -list` / `-unbundle`, `llvm-objdump
-//! --offloading`, `llvm-offload-binary`, and `llvm-readelf` for ELF headers.
+//! --offloading`, `llvm-offload-binary`, `llvm-readobj` and `roc-obj-ls`.
+//!
+//! Every input is a cached recipe of `tests/support`. Next to the loader's
+//! reading of each kind of artefact, the reference tools confirm that the
+//! recipe made what it asked for (bundle IDs, CCOB headers, section
+//! alignments, entry tables).
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::collections::BTreeSet;
+use std::path::Path;
 
 use offload_loader_workspace::loader::compressed::Method;
 use offload_loader_workspace::loader::container::{self, Container, Format};
@@ -13,13 +18,6 @@ use offload_loader_workspace::loader::discover::file::MappedFile;
 use offload_loader_workspace::loader::select::{DeviceTarget, Policy};
 use offload_loader_workspace::loader::{select, CodeKind, ImageSource, Limits};
 use support::*;
-
-const KERNEL: &str = "typedef struct { unsigned x, y, z; } dim3;
-extern \"C\" int hipLaunchKernel(const void *, dim3, dim3, void **, unsigned long, void *);
-extern \"C\" int __hipPopCallConfiguration(dim3 *, dim3 *, unsigned long *, void **);
-__attribute__((global)) void kern(int *p) { *p = 1; }
-__attribute__((device)) int dvar = 3;
-";
 
 const ARCHS: &[&str] = &[
     "gfx906:xnack-",
@@ -30,81 +28,69 @@ const ARCHS: &[&str] = &[
     "gfx11-generic",
 ];
 
-/// Compiles the kernel as HIP with `clang` and returns the object's `.hip_fatbin`.
-fn hip_fatbin(
-    clang: u32,
-    name: &str,
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> Option<(PathBuf, Vec<u8>)> {
-    hip_fatbin_for(ARCHS, clang, name, extra, env)
+const OPENMP_ARCHS: &[&str] = &["gfx90a:xnack+", "gfx1100"];
+
+/// The `.hip_fatbin` of the object `recipe` makes, as a scratch file (for
+/// the bundler) and as bytes.
+fn hip_fatbin(tc: &Toolchain, recipe: Hip) -> (TempPath, Vec<u8>) {
+    let obj = tc.build(recipe);
+    let (_, bytes) = tc.hip_fatbin(&obj);
+    (temp_file(&bytes), bytes)
 }
 
-fn hip_fatbin_for(
-    archs: &[&str],
-    clang: u32,
-    name: &str,
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> Option<(PathBuf, Vec<u8>)> {
-    let clang = tool("clang", clang)?;
-    let objcopy = tool("llvm-objcopy", 22)?;
-    let dir = scratch(&format!("formats-{name}"));
-    let src = dir.join("k.hip");
-    std::fs::write(&src, KERNEL).unwrap();
-    let obj = dir.join("k.o");
-    let mut cmd = Command::new(clang);
-    cmd.args(["-x", "hip", "-nogpulib", "-nogpuinc", "-c"])
-        .args(archs.iter().map(|a| format!("--offload-arch={a}")))
-        .args(extra)
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    run_ok(&mut cmd);
-    let fatbin = dir.join("fatbin");
-    run_ok(
-        Command::new(objcopy)
-            .arg(format!("--dump-section=.hip_fatbin={}", fatbin.display()))
-            .arg(&obj)
-            .arg(dir.join("rest.o")),
-    );
-    let bytes = std::fs::read(&fatbin).unwrap();
-    Some((fatbin, bytes))
+const HOST_22: &str = "host-x86_64-unknown-linux-gnu-";
+const BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
+const OFFLOAD_MAGIC: &[u8] = &[0x10, 0xff, 0x10, 0xad];
+const ELF_MAGIC: &[u8] = b"\x7fELF";
+const SHT_LLVM_OFFLOADING: u32 = 0x6fff_4c0b;
+
+fn set<I: IntoIterator<Item = S>, S: Into<String>>(items: I) -> BTreeSet<String> {
+    items.into_iter().map(Into::into).collect()
 }
 
-/// `clang-offload-bundler -list` of a raw bundle or CCOB file.
-fn bundler_list(file: &Path) -> Option<Vec<String>> {
-    let bundler = tool("clang-offload-bundler", 22)?;
-    let out = run_ok(
-        Command::new(bundler)
-            .args(["-list", "-type=o"])
-            .arg(format!("-input={}", file.display())),
-    );
-    Some(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(String::from)
-            .collect(),
-    )
+fn device_ids(kind: &str, archs: &[&str]) -> BTreeSet<String> {
+    set(archs
+        .iter()
+        .map(|a| format!("{kind}-amdgcn-amd-amdhsa--{a}")))
 }
 
-/// `clang-offload-bundler -unbundle` of one ID.
-fn bundler_extract(file: &Path, id: &str) -> Option<Vec<u8>> {
-    let bundler = tool("clang-offload-bundler", 22)?;
-    let out = file.with_extension(id.replace([':', '-'], "_"));
-    run_ok(Command::new(bundler).args(["-unbundle", "-type=o"]).args([
-        format!("-targets={id}"),
-        format!("-input={}", file.display()),
-        format!("-output={}", out.display()),
-    ]));
-    Some(std::fs::read(out).unwrap())
+fn with_host(mut ids: BTreeSet<String>, host: &str) -> BTreeSet<String> {
+    ids.insert(host.into());
+    ids
 }
 
 /// Lists and extracts every image of `file` and checks both against the bundler.
+fn same_as_bundler<'a>(
+    tc: &Toolchain,
+    file: &Path,
+    data: &'a [u8],
+    format: Format,
+) -> Container<'a> {
+    let found = container::scan(data, &Limits::default());
+    assert_eq!(found.len(), 1, "{found:?}");
+    let c = found.into_iter().next().unwrap().unwrap();
+    assert_eq!(c.format(), format);
+    let ids: Vec<String> = c.images().iter().map(|i| i.id.clone()).collect();
+    let mut reference = tc.bundler_list(file).unwrap();
+    let mut ours = ids.clone();
+    reference.sort();
+    ours.sort();
+    assert_eq!(ours, reference);
+    for (i, image) in c.images().iter().enumerate() {
+        if image.is_host() {
+            continue;
+        }
+        let ours = c.image_bytes(i).unwrap();
+        let theirs = tc.unbundle(file, &image.id).unwrap();
+        assert!(
+            ours.as_ref() == theirs.as_slice(),
+            "{}: bytes differ",
+            image.id
+        );
+    }
+    c
+}
+
 /// The name `llvm-objdump --offloading` prints for a declared image kind
 /// (OffloadBinary.cpp `getImageKindName`; an object is "elf").
 fn objdump_kind(kind: Option<CodeKind>) -> &'static str {
@@ -119,88 +105,188 @@ fn objdump_kind(kind: Option<CodeKind>) -> &'static str {
         Some(_) => "unknown",
     }
 }
-
-fn same_as_bundler<'a>(file: &Path, data: &'a [u8], format: Format) -> Container<'a> {
-    let found = container::scan(data, &Limits::default());
-    assert_eq!(found.len(), 1, "{found:?}");
-    let c = found.into_iter().next().unwrap().unwrap();
-    assert_eq!(c.format(), format);
-    let ids: Vec<String> = c.images().iter().map(|i| i.id.clone()).collect();
-    let Some(mut reference) = bundler_list(file) else {
-        return c;
-    };
-    let mut ours = ids.clone();
-    reference.sort();
-    ours.sort();
-    assert_eq!(ours, reference);
-    for (i, image) in c.images().iter().enumerate() {
-        if image.is_host() {
-            continue;
-        }
-        let ours = c.image_bytes(i).unwrap();
-        let theirs = bundler_extract(file, &image.id).unwrap();
-        assert!(
-            ours.as_ref() == theirs.as_slice(),
-            "{}: bytes differ",
-            image.id
-        );
-    }
-    c
-}
-
 #[test]
 fn clang_22_bundle() {
-    let Some((file, data)) = hip_fatbin(22, "plain", &[], &[]) else {
-        return;
-    };
-    let c = same_as_bundler(&file, &data, Format::Bundle);
+    let Some(tc) = toolchain() else { return };
+    let (file, data) = hip_fatbin(&tc, Hip::new(ARCHS));
+    let c = same_as_bundler(&tc, &file, &data, Format::Bundle);
     assert_eq!(c.images().len(), ARCHS.len() + 1);
 }
 
 #[test]
-fn clang_22_compressed_bundle_v3_zstd() {
-    let Some((file, data)) = hip_fatbin(22, "ccob3", &["--offload-compress"], &[]) else {
+fn hip_object_bundle_lists_the_requested_archs() {
+    let Some(tc) = support::toolchain() else {
         return;
     };
-    let c = same_as_bundler(&file, &data, Format::CompressedBundle);
+    let obj = tc.build(Hip::new(ARCHS));
+    let (section, bytes) = tc.hip_fatbin(&obj);
+    assert_eq!(section.align, 4096);
+    assert!(bytes.starts_with(BUNDLE_MAGIC));
+    let file = support::temp_file(&bytes);
+    let listed = tc.bundler_list(&file).unwrap();
+    assert_eq!(set(listed), with_host(device_ids("hipv4", ARCHS), HOST_22));
+
+    // llvm-objdump extracts the same entries as clang-offload-bundler.
+    let dump = tc.objdump_offloading(&obj).unwrap();
+    assert!(dump.images.is_empty());
+    assert_eq!(dump.entries.len(), ARCHS.len() + 1);
+    for entry in &dump.entries {
+        assert_eq!(entry.bundle, 0);
+        if entry.id == HOST_22 {
+            assert!(entry.bytes.is_empty());
+            continue;
+        }
+        assert!(entry.bytes.starts_with(ELF_MAGIC), "{}", entry.id);
+        assert_eq!(tc.unbundle(&file, &entry.id).unwrap(), entry.bytes);
+    }
+    // HIP writes the host entry first, then the device entries sorted by
+    // target ID, each at a 4096-byte boundary.
+    assert_eq!(support::le64(&bytes, 24), ARCHS.len() as u64 + 1);
+    assert_eq!(&bytes[56..56 + HOST_22.len()], HOST_22.as_bytes());
+    assert_eq!(support::le64(&bytes, 32) % 4096, 0);
+}
+
+#[test]
+fn target_ids_are_canonicalised() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let obj = tc.build(Hip::new(&[
+        "gfx90a:xnack-:sramecc+",
+        "gfx906:xnack+",
+        "gfx942",
+    ]));
+    let file = support::temp_file(&tc.hip_fatbin(&obj).1);
+    assert_eq!(
+        set(tc.bundler_list(&file).unwrap()),
+        with_host(
+            device_ids(
+                "hipv4",
+                &["gfx90a:sramecc+:xnack-", "gfx906:xnack+", "gfx942"]
+            ),
+            HOST_22
+        )
+    );
+}
+
+#[test]
+fn clang_22_compressed_bundle_v3_zstd() {
+    let Some(tc) = toolchain() else { return };
+    let (file, data) = hip_fatbin(&tc, Hip::new(ARCHS).compress());
+    let c = same_as_bundler(&tc, &file, &data, Format::CompressedBundle);
     let h = c.compression().unwrap();
     assert_eq!((h.version, h.method), (3, Method::Zstd));
 }
 
 #[test]
 fn clang_22_compressed_bundle_v2_on_request() {
-    let Some((file, data)) = hip_fatbin(
-        22,
-        "ccob2",
-        &["--offload-compress"],
-        &[("COMPRESSED_BUNDLE_FORMAT_VERSION", "2")],
-    ) else {
+    let Some(tc) = toolchain() else { return };
+    let (file, data) = hip_fatbin(&tc, Hip::new(ARCHS).compress_version(2));
+    let c = same_as_bundler(&tc, &file, &data, Format::CompressedBundle);
+    assert_eq!(c.compression().unwrap().version, 2);
+}
+
+#[test]
+fn hip_compressed_bundles_have_the_expected_ccob_header() {
+    let Some(tc) = support::toolchain() else {
         return;
     };
-    let c = same_as_bundler(&file, &data, Format::CompressedBundle);
-    assert_eq!(c.compression().unwrap().version, 2);
+    let plain = tc.build(Hip::new(ARCHS));
+    let plain = support::temp_file(&tc.hip_fatbin(&plain).1);
+    for (recipe, version) in [
+        (Hip::new(ARCHS).compress(), 3u16),
+        (Hip::new(ARCHS).compress_version(2), 2),
+        (Hip::new(ARCHS).compress_version(3).compression_level(19), 3),
+    ] {
+        let obj = tc.build(recipe);
+        let (section, bytes) = tc.hip_fatbin(&obj);
+        assert_eq!(&bytes[..4], b"CCOB");
+        assert_eq!(support::le16(&bytes, 4), version);
+        assert_eq!(support::le16(&bytes, 6), 1, "zstd");
+        let total = if version == 3 {
+            support::le64(&bytes, 8)
+        } else {
+            u64::from(support::le32(&bytes, 8))
+        };
+        assert_eq!(total, section.size);
+        let file = support::temp_file(&bytes);
+        assert_eq!(
+            set(tc.bundler_list(&file).unwrap()),
+            with_host(device_ids("hipv4", ARCHS), HOST_22)
+        );
+        // Compression does not change the code objects.
+        let id = "hipv4-amdgcn-amd-amdhsa--gfx906:xnack-";
+        assert_eq!(
+            tc.unbundle(&file, id).unwrap(),
+            tc.unbundle(&plain, id).unwrap()
+        );
+    }
 }
 
 #[test]
 fn clang_19_compressed_bundle_v2() {
-    if tool("ld.lld", 19).is_none() {
-        return;
-    }
-    // clang-19 writes code object v5 by default, which has no generic targets.
-    let archs = &ARCHS[..5];
-    let Some((file, data)) = hip_fatbin_for(archs, 19, "clang19", &["--offload-compress"], &[])
-    else {
+    let (Some(tc19), Some(tc)) = (toolchain_19(), toolchain()) else {
         return;
     };
-    let c = same_as_bundler(&file, &data, Format::CompressedBundle);
+    // clang-19 writes code object v5 by default, which has no generic targets.
+    let archs = &ARCHS[..5];
+    let (file, data) = hip_fatbin(&tc19, Hip::new(archs).compress());
+    let c = same_as_bundler(&tc, &file, &data, Format::CompressedBundle);
     assert_eq!(c.compression().unwrap().version, 2);
 }
 
 #[test]
-fn code_object_headers_match_the_bundle_ids_and_llvm_readelf() {
-    let Some((_, data)) = hip_fatbin(22, "headers", &[], &[]) else {
+fn clang_19_writes_ccob_v2_and_another_host_id() {
+    let Some(tc19) = support::toolchain_19() else {
         return;
     };
+    let Some(tc22) = support::toolchain() else {
+        return;
+    };
+    // clang-19 accepts generic targets only with code object v6.
+    let archs = &["gfx90a:xnack+", "gfx906", "gfx1100"];
+    let host_19 = "host-x86_64-unknown-linux--";
+    let plain = tc19.build(Hip::new(archs));
+    let plain_file = support::temp_file(&tc19.hip_fatbin(&plain).1);
+    let expected = with_host(device_ids("hipv4", archs), host_19);
+    assert_eq!(set(tc19.bundler_list(&plain_file).unwrap()), expected);
+
+    let obj = tc19.build(Hip::new(archs).compress_version(3));
+    let (_, bytes) = tc19.hip_fatbin(&obj);
+    assert_eq!(&bytes[..4], b"CCOB");
+    assert_eq!(
+        support::le16(&bytes, 4),
+        2,
+        "clang-19 ignores the version variable"
+    );
+    assert_eq!(support::le16(&bytes, 6), 1, "zstd");
+    let file = support::temp_file(&bytes);
+    assert_eq!(set(tc19.bundler_list(&file).unwrap()), expected);
+    assert_eq!(set(tc22.bundler_list(&file).unwrap()), expected);
+
+    // LLVM 19's new driver writes the legacy 32-byte entry tables.
+    let exe = tc19.build(Hip::new(archs).new_driver().rdc().executable());
+    assert!(tc19.section(&exe, "hip_offloading_entries").is_some());
+    assert_eq!(tc19.hip_fatbin(&exe).0.align, 16);
+    let obj = tc19.build(OpenMp::new(&["gfx90a"]));
+    assert!(tc19.section(&obj, "omp_offloading_entries").is_some());
+    assert!(tc19
+        .section_bytes(&obj, ".llvm.offloading")
+        .unwrap()
+        .starts_with(OFFLOAD_MAGIC));
+
+    let generic = tc19.build(Hip::new(&["gfx11-generic"]).arg("-mcode-object-version=6"));
+    let generic = support::temp_file(&tc19.hip_fatbin(&generic).1);
+    assert!(tc19
+        .bundler_list(&generic)
+        .unwrap()
+        .contains(&"hipv4-amdgcn-amd-amdhsa--gfx11-generic".to_string()));
+}
+
+#[test]
+fn code_object_headers_match_the_bundle_ids_and_llvm_readelf() {
+    let Some(tc) = toolchain() else { return };
+    let (_, data) = hip_fatbin(&tc, Hip::new(ARCHS));
     let c = Container::parse(&data, &Limits::default()).unwrap();
     for i in 0..c.images().len() {
         let image = &c.images()[i];
@@ -227,9 +313,8 @@ fn code_object_headers_match_the_bundle_ids_and_llvm_readelf() {
 
 #[test]
 fn selection_matrix_follows_the_target_id_rule() {
-    let Some((_, data)) = hip_fatbin(22, "matrix", &[], &[]) else {
-        return;
-    };
+    let Some(tc) = toolchain() else { return };
+    let (_, data) = hip_fatbin(&tc, Hip::new(ARCHS));
     let c = Container::parse(&data, &Limits::default()).unwrap();
     let chosen = |c: &Container<'_>, device: &str| {
         let s = select(&DeviceTarget::parse(device).unwrap(), c, &Policy::default());
@@ -267,51 +352,158 @@ fn selection_matrix_follows_the_target_id_rule() {
 }
 
 #[test]
-fn openmp_objects_match_llvm_objdump() {
-    let (Some(clang), Some(objdump)) = (tool("clang", 22), tool("llvm-objdump", 22)) else {
+fn hip_shared_library_has_one_bundle_per_translation_unit() {
+    let Some(tc) = support::toolchain() else {
         return;
     };
-    let dir = scratch("formats-openmp");
-    let src = dir.join("o.c");
-    std::fs::write(&src, "int g = 1;\n#pragma omp declare target(g)\nint main(void) { int x = 0;\n#pragma omp target map(tofrom: x)\n{ x = g; }\nreturn x; }\n").unwrap();
-    let obj = dir.join("o.o");
-    run_ok(
-        Command::new(clang)
-            .args([
-                "-fopenmp",
-                "--offload-arch=gfx90a:xnack+,gfx1100",
-                "-nogpulib",
-                "-c",
-            ])
-            .arg(&src)
-            .arg("-o")
-            .arg(&obj),
-    );
-    let out = run_ok(
-        Command::new(objdump)
-            .arg("--offloading")
-            .arg(&obj)
-            .current_dir(&dir),
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    // "kind llvm ir / arch gfx1100 / triple amdgcn-amd-amdhsa / producer openmp" per image.
-    let field = |block: &str, key: &str| {
-        block
-            .lines()
-            .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
-            .unwrap()
+    let archs = &["gfx90a:xnack+", "gfx906"];
+    let lib = tc.build(Hip::new(archs).two_sources().shared_library());
+    let (section, _) = tc.hip_fatbin(&lib);
+    let dump = tc.objdump_offloading(&lib).unwrap();
+    let bundles: BTreeSet<usize> = dump.entries.iter().map(|e| e.bundle).collect();
+    assert_eq!(bundles, BTreeSet::from([0, 1]));
+    assert_eq!(dump.entries.len(), 6);
+
+    let Some(listing) = support::roc_obj_ls(&lib) else {
+        return;
     };
-    let reference: Vec<(String, String, String, String)> = text
-        .split("OFFLOADING IMAGE")
-        .skip(1)
-        .map(|b| {
+    let listing = listing.unwrap();
+    assert_eq!(listing.len(), 6);
+    for e in &listing {
+        assert!(e.offset >= section.offset && e.offset + e.size <= section.offset + section.size);
+        let extracted = dump
+            .entries
+            .iter()
+            .find(|d| d.bundle + 1 == e.bundle && d.id == e.id)
+            .unwrap_or_else(|| panic!("objdump has no {e:?}"));
+        assert_eq!(support::read_range(&lib, e.offset, e.size), extracted.bytes);
+    }
+    // Each translation unit's bundle starts at a 4096-byte boundary.
+    let second = listing.iter().find(|e| e.bundle == 2).unwrap();
+    assert_eq!((second.offset - section.offset) % 4096, 0);
+
+    // Compressed: one CCOB per translation unit, roc-obj-ls sees nothing.
+    let lib = tc.build(Hip::new(archs).two_sources().shared_library().compress());
+    let (_, bytes) = tc.hip_fatbin(&lib);
+    assert_eq!(&bytes[..4], b"CCOB");
+    assert_eq!(&bytes[4096..4100], b"CCOB");
+    let dump = tc.objdump_offloading(&lib).unwrap();
+    assert_eq!(dump.entries.len(), 6);
+    assert!(support::roc_obj_ls(&lib).unwrap().unwrap().is_empty());
+}
+
+#[test]
+fn hip_executables_old_driver() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let archs = &["gfx90a:xnack+", "gfx906"];
+    let exe = tc.build(Hip::new(archs).executable());
+    let (section, bytes) = tc.hip_fatbin(&exe);
+    assert_eq!(section.align, 4096);
+    assert!(tc.section(&exe, ".hipFatBinSegment").is_some());
+    let file = support::temp_file(&bytes);
+    assert_eq!(
+        set(tc.bundler_list(&file).unwrap()),
+        with_host(device_ids("hipv4", archs), HOST_22)
+    );
+    // The stubs make it a program that runs.
+    assert!(std::process::Command::new(&exe).status().unwrap().success());
+
+    // RDC: device code linked at link time, still a hipv4 bundle.
+    let exe = tc.build(Hip::new(archs).rdc().executable());
+    assert!(tc.section(&exe, ".hip_gpubin_handle").is_some());
+    let file = support::temp_file(&tc.hip_fatbin(&exe).1);
+    assert_eq!(
+        set(tc.bundler_list(&file).unwrap()),
+        with_host(device_ids("hipv4", archs), HOST_22)
+    );
+    let obj = tc.build(Hip::new(archs).rdc());
+    assert!(tc.section(&obj, ".hip_fatbin").is_none());
+    assert!(tc
+        .section(
+            &obj,
+            "__CLANG_OFFLOAD_BUNDLE__hip-amdgcn-amd-amdhsa--gfx906"
+        )
+        .is_some());
+
+    let exe = tc.build(Hip::new(archs).rdc().executable().compress());
+    assert_eq!(&tc.hip_fatbin(&exe).1[..4], b"CCOB");
+}
+
+#[test]
+fn hip_new_driver() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let archs = &["gfx90a:xnack+", "gfx906", "gfx11-generic"];
+    // Without RDC the device code is linked at compile time: a `hip-` bundle.
+    let obj = tc.build(Hip::new(archs).new_driver());
+    let (section, bytes) = tc.hip_fatbin(&obj);
+    assert_eq!(section.align, 4096);
+    let file = support::temp_file(&bytes);
+    assert_eq!(
+        set(tc.bundler_list(&file).unwrap()),
+        with_host(device_ids("hip", archs), HOST_22)
+    );
+
+    // With RDC the object carries bitcode in offload binaries.
+    let obj = tc.build(Hip::new(archs).new_driver().rdc());
+    assert!(tc.section(&obj, ".hip_fatbin").is_none());
+    let s = tc.section(&obj, ".llvm.offloading").unwrap();
+    assert_eq!(s.kind, SHT_LLVM_OFFLOADING);
+    let bytes = tc.section_bytes(&obj, ".llvm.offloading").unwrap();
+    assert!(bytes.starts_with(OFFLOAD_MAGIC));
+    assert_eq!(support::le32(&bytes, 4), 1);
+    let dump = tc.objdump_offloading(&obj).unwrap();
+    assert!(dump.entries.is_empty());
+    assert_eq!(
+        set(dump.images.iter().map(|i| i.arch.clone())),
+        set(archs.iter().copied())
+    );
+    for image in &dump.images {
+        assert_eq!(
             (
-                field(b, "kind"),
-                field(b, "arch"),
-                field(b, "triple"),
-                field(b, "producer"),
-            )
-        })
+                image.kind.as_str(),
+                image.triple.as_str(),
+                image.producer.as_str()
+            ),
+            ("llvm ir", "amdgcn-amd-amdhsa", "hip")
+        );
+    }
+    assert!(tc.section(&obj, "llvm_offload_entries").is_some());
+
+    // Linked: a `hip-` bundle in a 16-aligned .hip_fatbin, new entry table.
+    let exe = tc.build(Hip::new(archs).new_driver().rdc().executable());
+    let (section, bytes) = tc.hip_fatbin(&exe);
+    assert_eq!(section.align, 16);
+    let file = support::temp_file(&bytes);
+    assert_eq!(
+        set(tc.bundler_list(&file).unwrap()),
+        with_host(device_ids("hip", archs), HOST_22)
+    );
+    assert!(tc.section(&exe, "llvm_offload_entries").is_some());
+    let lib = tc.build(
+        Hip::new(archs)
+            .new_driver()
+            .rdc()
+            .shared_library()
+            .compress(),
+    );
+    assert_eq!(&tc.hip_fatbin(&lib).1[..4], b"CCOB");
+}
+
+#[test]
+fn openmp_objects_match_llvm_objdump() {
+    let Some(tc) = toolchain() else { return };
+    let obj = tc.build(OpenMp::new(OPENMP_ARCHS));
+    // "kind llvm ir / arch gfx1100 / triple amdgcn-amd-amdhsa / producer openmp" per image.
+    let reference: Vec<(String, String, String, String)> = tc
+        .objdump_offloading(&obj)
+        .unwrap()
+        .images
+        .into_iter()
+        .map(|i| (i.kind, i.arch, i.triple, i.producer))
         .collect();
     let file = MappedFile::open(&obj).unwrap();
     let sections = file.containers(&Limits::default()).unwrap();
@@ -333,54 +525,95 @@ fn openmp_objects_match_llvm_objdump() {
 }
 
 #[test]
-fn ptx_packaged_by_llvm_offload_binary() {
-    let (Some(clang), Some(packager)) = (tool("clang", 22), tool("llvm-offload-binary", 22)) else {
+fn openmp_objects_archives_and_programs() {
+    let Some(tc) = support::toolchain() else {
         return;
     };
-    let dir = scratch("formats-ptx");
-    let src = dir.join("n.c");
-    std::fs::write(&src, "void k(int *p) { *p = 1; }\n").unwrap();
-    let ptx = dir.join("n.ptx");
+    let archs = OPENMP_ARCHS;
+    let check = |file: &Path, kind: &str| {
+        let dump = tc.objdump_offloading(file).unwrap();
+        assert_eq!(
+            set(dump.images.iter().map(|i| i.arch.clone())),
+            set(archs.iter().copied())
+        );
+        for image in &dump.images {
+            assert_eq!(
+                (
+                    image.kind.as_str(),
+                    image.triple.as_str(),
+                    image.producer.as_str()
+                ),
+                (kind, "amdgcn-amd-amdhsa", "openmp")
+            );
+        }
+        dump
+    };
+    let obj = tc.build(OpenMp::new(archs));
+    let bytes = tc.section_bytes(&obj, ".llvm.offloading").unwrap();
+    assert!(bytes.starts_with(OFFLOAD_MAGIC));
+    check(&obj, "llvm ir");
+
+    let archive = tc.build(OpenMp::new(archs).output(Output::Archive));
+    let dump = check(&archive, "llvm ir");
+    assert!(
+        dump.images[0].file.ends_with("(omp_kernels.o)"),
+        "{:?}",
+        dump.images[0]
+    );
+
+    let exe = tc.build(OpenMp::new(archs).output(Output::Executable));
+    let s = tc.section(&exe, ".llvm.offloading").unwrap();
+    assert_eq!(s.kind, SHT_LLVM_OFFLOADING);
+    check(&exe, "elf");
+    let image = tc
+        .offload_binary_extract(&exe, &[("arch", "gfx1100")])
+        .unwrap();
+    assert!(image.starts_with(ELF_MAGIC));
+    assert!(std::process::Command::new(&exe).status().unwrap().success());
+
+    let obj = tc.build(OpenMp::new(&["gfx90a", "sm_80"]));
+    let dump = tc.objdump_offloading(&obj).unwrap();
+    let triples = set(dump
+        .images
+        .iter()
+        .map(|i| format!("{} {} {}", i.triple, i.arch, i.kind)));
+    assert_eq!(
+        triples,
+        set([
+            "amdgcn-amd-amdhsa gfx90a llvm ir",
+            "nvptx64-nvidia-cuda sm_80 llvm ir"
+        ])
+    );
+}
+
+#[test]
+fn ptx_packaged_by_llvm_offload_binary() {
+    let Some(tc) = toolchain() else { return };
     // No CUDA SDK here: state the PTX ISA version clang may use.
-    run_ok(
-        Command::new(&clang)
-            .args([
-                "--target=nvptx64-nvidia-cuda",
-                "-march=sm_80",
-                "-Xclang",
-                "-target-feature",
-                "-Xclang",
-                "+ptx78",
-                "-S",
-            ])
-            .arg(&src)
-            .arg("-o")
-            .arg(&ptx),
+    let ptx = tc.build(Ptx::new("sm_80").isa("ptx78"));
+    let obj = tc.build(CodeObject::new("gfx1100"));
+    // As `.ptx`, which llvm-offload-binary does not take for PTX.
+    let bin = tc.build(
+        Package::new()
+            .image(
+                &ptx,
+                "ptx",
+                &[
+                    ("triple", "nvptx64-nvidia-cuda"),
+                    ("arch", "sm_80"),
+                    ("kind", "cuda"),
+                ],
+            )
+            .image(
+                &obj,
+                "o",
+                &[
+                    ("triple", "amdgcn-amd-amdhsa"),
+                    ("arch", "gfx1100"),
+                    ("kind", "hip"),
+                ],
+            ),
     );
-    let obj = dir.join("g.o");
-    run_ok(
-        Command::new(&clang)
-            .args([
-                "--target=amdgcn-amd-amdhsa",
-                "-mcpu=gfx1100",
-                "-nogpulib",
-                "-c",
-            ])
-            .arg(&src)
-            .arg("-o")
-            .arg(&obj),
-    );
-    let bin = dir.join("pk.bin");
-    run_ok(Command::new(packager).arg("-o").arg(&bin).args([
-        format!(
-            "--image=file={},triple=nvptx64-nvidia-cuda,arch=sm_80,kind=cuda",
-            ptx.display()
-        ),
-        format!(
-            "--image=file={},triple=amdgcn-amd-amdhsa,arch=gfx1100,kind=hip",
-            obj.display()
-        ),
-    ]));
     let data = std::fs::read(&bin).unwrap();
     let found: Vec<_> = container::scan(&data, &Limits::default())
         .into_iter()
@@ -424,31 +657,139 @@ fn ptx_packaged_by_llvm_offload_binary() {
 }
 
 #[test]
-fn relocatable_rdc_objects_and_archives() {
-    let (Some(clang), Some(ar)) = (tool("clang", 22), tool("llvm-ar", 22)) else {
+fn offload_binary_packages() {
+    let Some(tc) = support::toolchain() else {
         return;
     };
-    let dir = scratch("formats-rdc");
-    let src = dir.join("k.hip");
-    std::fs::write(&src, KERNEL).unwrap();
-    // -fgpu-rdc -c: one __CLANG_OFFLOAD_BUNDLE__<id> section per entry.
-    let obj = dir.join("rdc.o");
-    run_ok(
-        Command::new(&clang)
-            .args([
-                "-x",
-                "hip",
-                "-nogpulib",
-                "-nogpuinc",
-                "-fgpu-rdc",
-                "-c",
-                "--offload-arch=gfx90a:xnack-",
-                "--offload-arch=gfx1100",
-            ])
-            .arg(&src)
-            .arg("-o")
-            .arg(&obj),
+    let ptx = tc.build(Ptx::new("sm_80"));
+    let text = std::fs::read_to_string(&ptx).unwrap();
+    assert!(text.contains(".target sm_80") && text.contains(".entry ptx_add"));
+    let co = tc.build(CodeObject::new("gfx90a:xnack+"));
+    assert!(std::fs::read(&co).unwrap().starts_with(ELF_MAGIC));
+    let pkg = tc.build(
+        Package::new()
+            .image(
+                &ptx,
+                "s",
+                &[
+                    ("triple", "nvptx64-nvidia-cuda"),
+                    ("arch", "sm_80"),
+                    ("kind", "cuda"),
+                ],
+            )
+            .image(
+                &co,
+                "o",
+                &[
+                    ("triple", "amdgcn-amd-amdhsa"),
+                    ("arch", "gfx90a:xnack+"),
+                    ("kind", "hip"),
+                    ("feature", "+xnack"),
+                ],
+            ),
     );
+    let bytes = std::fs::read(&pkg).unwrap();
+    assert!(bytes.starts_with(OFFLOAD_MAGIC));
+    assert_eq!(support::le32(&bytes, 4), 1);
+    let dump = tc.objdump_offloading(&pkg).unwrap();
+    let seen: Vec<_> = dump
+        .images
+        .iter()
+        .map(|i| format!("{} {} {} {}", i.kind, i.arch, i.triple, i.producer))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "ptx sm_80 nvptx64-nvidia-cuda cuda",
+            "elf gfx90a:xnack+ amdgcn-amd-amdhsa hip"
+        ]
+    );
+    let extracted = tc
+        .offload_binary_extract(&pkg, &[("arch", "sm_80")])
+        .unwrap();
+    assert_eq!(extracted, std::fs::read(&ptx).unwrap());
+    let extracted = tc
+        .offload_binary_extract(&pkg, &[("triple", "amdgcn-amd-amdhsa")])
+        .unwrap();
+    assert_eq!(extracted, std::fs::read(&co).unwrap());
+}
+
+#[test]
+fn raw_bundles() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let a = tc.build(CodeObject::new("gfx90a:xnack+"));
+    let b = tc.build(CodeObject::new("gfx906"));
+    let id_a = "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+";
+    let id_b = "hipv4-amdgcn-amd-amdhsa--gfx906";
+    let two = || Bundle::new().host().entry(id_a, &a).entry(id_b, &b);
+    let expected = set([HOST_22, id_a, id_b]);
+
+    let plain = tc.build(two());
+    let bytes = std::fs::read(&plain).unwrap();
+    assert!(bytes.starts_with(BUNDLE_MAGIC));
+    assert_eq!(support::le64(&bytes, 24), 3);
+    assert_eq!(&bytes[56..56 + HOST_22.len()], HOST_22.as_bytes());
+    assert_eq!(set(tc.bundler_list(&plain).unwrap()), expected);
+    assert_eq!(
+        tc.unbundle(&plain, id_a).unwrap(),
+        std::fs::read(&a).unwrap()
+    );
+
+    let aligned = tc.build(two().align(4096));
+    let bytes = std::fs::read(&aligned).unwrap();
+    assert_eq!(support::le64(&bytes, 32) % 4096, 0);
+    assert_eq!(
+        tc.unbundle(&aligned, id_b).unwrap(),
+        std::fs::read(&b).unwrap()
+    );
+
+    for (recipe, version) in [(two().compress(), 3u16), (two().compress_version(2), 2)] {
+        let file = tc.build(recipe);
+        let bytes = std::fs::read(&file).unwrap();
+        assert_eq!(
+            (&bytes[..4], support::le16(&bytes, 4)),
+            (&b"CCOB"[..], version)
+        );
+        assert_eq!(set(tc.bundler_list(&file).unwrap()), expected);
+    }
+
+    let no_host = tc.build(Bundle::new().entry(id_a, &a).entry(id_b, &b));
+    let bytes = std::fs::read(&no_host).unwrap();
+    assert_eq!(support::le64(&bytes, 24), 2);
+    assert_eq!(set(tc.bundler_list(&no_host).unwrap()), set([id_a, id_b]));
+
+    // Other kinds and triples are written as given, NVPTX triples normalised.
+    let mixed = tc.build(
+        Bundle::new()
+            .host()
+            .entry("openmp-amdgcn-amd-amdhsa--gfx90a", &a)
+            .entry("hip-nvptx64-nvidia-cuda--sm_80", &b),
+    );
+    assert_eq!(
+        set(tc.bundler_list(&mixed).unwrap()),
+        set([
+            HOST_22,
+            "openmp-amdgcn-amd-amdhsa--gfx90a",
+            "hip-nvptx64-nvidia-cuda-unknown-sm_80"
+        ])
+    );
+
+    let Some(tc19) = support::toolchain_19() else {
+        return;
+    };
+    let file = tc19.build(two().compress());
+    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(support::le16(&bytes, 4), 2);
+    assert_eq!(set(tc.bundler_list(&file).unwrap()), expected);
+}
+
+#[test]
+fn relocatable_rdc_objects_and_archives() {
+    let Some(tc) = toolchain() else { return };
+    // -fgpu-rdc -c: one __CLANG_OFFLOAD_BUNDLE__<id> section per entry.
+    let obj = tc.build(Hip::new(&["gfx90a:xnack-", "gfx1100"]).rdc());
     let file = MappedFile::open(&obj).unwrap();
     let found = file.containers(&Limits::default()).unwrap();
     let bundle = found
@@ -461,15 +802,13 @@ fn relocatable_rdc_objects_and_archives() {
         })
         .unwrap();
     let mut ours: Vec<String> = bundle.images().iter().map(|i| i.id.clone()).collect();
-    let Some(mut reference) = bundler_list(&obj) else {
-        return;
-    };
+    let mut reference = tc.bundler_list(&obj).unwrap();
     ours.sort();
     reference.sort();
     assert_eq!(ours, reference);
     for (i, image) in bundle.images().iter().enumerate() {
         if !image.is_host() {
-            let theirs = bundler_extract(&obj, &image.id).unwrap();
+            let theirs = tc.unbundle(&obj, &image.id).unwrap();
             assert!(
                 bundle.image_bytes(i).unwrap().as_ref() == theirs.as_slice(),
                 "{}",
@@ -479,23 +818,12 @@ fn relocatable_rdc_objects_and_archives() {
     }
     // A static archive of it and of a plain object: every member is found,
     // despite archive members being only 2-byte aligned.
-    let plain = dir.join("plain.o");
-    run_ok(
-        Command::new(&clang)
-            .args([
-                "-x",
-                "hip",
-                "-nogpulib",
-                "-nogpuinc",
-                "-c",
-                "--offload-arch=gfx906",
-            ])
-            .arg(&src)
-            .arg("-o")
-            .arg(&plain),
+    let plain = tc.build(Hip::new(&["gfx906"]));
+    let lib = tc.build(
+        Archive::new()
+            .member("rdc.o", &obj)
+            .member("plain.o", &plain),
     );
-    let lib = dir.join("libk.a");
-    run_ok(Command::new(ar).arg("rcs").arg(&lib).arg(&obj).arg(&plain));
     let file = MappedFile::open(&lib).unwrap();
     let members: Vec<(String, &'static str, usize)> = file
         .containers(&Limits::default())
@@ -517,4 +845,51 @@ fn relocatable_rdc_objects_and_archives() {
             ("rdc.o".to_string(), "object-bundle", 3)
         ]
     );
+}
+
+#[test]
+fn rocsparse_listed_by_roc_obj_ls() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let Some(lib) = support::rocsparse() else {
+        return;
+    };
+    let start = std::time::Instant::now();
+    let Some(listing) = support::roc_obj_ls(&lib) else {
+        return;
+    };
+    let listing = listing.unwrap();
+    eprintln!("roc-obj-ls on librocsparse: {:?}", start.elapsed());
+    let section = tc.section(&lib, ".hip_fatbin").unwrap();
+    let bundles = listing.iter().map(|e| e.bundle).max().unwrap();
+    assert!(bundles > 100, "{bundles} bundles");
+    assert_eq!(
+        listing.iter().filter(|e| e.id.starts_with("host-")).count(),
+        bundles
+    );
+    assert!(listing
+        .iter()
+        .any(|e| e.id == "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"));
+    for e in &listing {
+        assert!(e.offset >= section.offset && e.offset + e.size <= section.offset + section.size);
+        if e.size > 0 {
+            assert_eq!(support::read_range(&lib, e.offset, 4), ELF_MAGIC, "{e:?}");
+        }
+    }
+}
+
+#[test]
+fn concurrent_builds_share_one_artefact() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let paths: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| tc.build(CodeObject::new("gfx1030"))))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(paths.windows(2).all(|w| w[0] == w[1]));
+    assert!(std::fs::read(&paths[0]).unwrap().starts_with(ELF_MAGIC));
 }

@@ -6,7 +6,7 @@ use std::fmt;
 
 use offload_loader::select::DeviceTarget;
 
-use crate::driver::{Driver, LoadedImage, Module};
+use crate::driver::{Driver, LoadedImage};
 use crate::image::DriverError;
 use crate::report::Source;
 use crate::{cuda, hsa, kfd, visible};
@@ -134,12 +134,6 @@ impl fmt::Display for Device {
         }
         Ok(())
     }
-}
-
-/// Loads `image` on `device` ([`Device::load`]), in the form
-/// `offload-loader-ffi` uses.
-pub fn load(device: &Device, image: &[u8]) -> Result<Module, DriverError> {
-    device.load(image).map(Module)
 }
 
 #[cfg(test)]

@@ -114,26 +114,3 @@ impl Drop for LoadedImage {
         }
     }
 }
-
-/// An image loaded on a device, in the form `offload-loader-ffi` uses:
-/// handles as plain integers. New code uses [`crate::Device::load`] and
-/// [`LoadedImage`].
-#[derive(Debug)]
-pub struct Module(pub(crate) LoadedImage);
-
-impl Module {
-    /// The kernel handle of kernel `name` ([`LoadedImage::kernel`]).
-    pub fn kernel(&self, name: &str) -> Result<u64, DriverError> {
-        self.0.kernel(name).map(|k| k.handle)
-    }
-
-    /// The device address and size of variable `name` ([`LoadedImage::global`]).
-    pub fn global(&self, name: &str) -> Result<(u64, u64), DriverError> {
-        self.0.global(name).map(|g| (g.address, g.size))
-    }
-
-    /// The loaded image.
-    pub fn into_inner(self) -> LoadedImage {
-        self.0
-    }
-}

@@ -66,8 +66,8 @@ use std::time::Duration;
 use once_cell::sync::OnceCell;
 
 pub use config::Config;
-pub use device::{load, Device};
-pub use driver::{LoadedImage, Module};
+pub use device::Device;
+pub use driver::LoadedImage;
 pub use image::{DriverError, Global, KernelHandle};
 pub use report::{Backend, BackendReport, DriverStatus, Reason, Source, Status};
 

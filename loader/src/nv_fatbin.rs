@@ -40,7 +40,7 @@
 //! ⚠️ Not yet checked against a real `nvcc` fat binary here (no CUDA toolkit on
 //! this machine). No source shows the entry header recording the `a`/`f`
 //! variants, so entries report `sm_XY`; a cubin's own ELF header does record
-//! `a` (see [`crate::elf::nvptx`]).
+//! `a` (see [`crate::image::cubin`]).
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::Limits;

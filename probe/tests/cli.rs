@@ -1,23 +1,10 @@
 //! offload-probe run as a program: against the real rocSPARSE fat binary and
 //! `roc-obj-ls`, and on malformed files.
 
-use std::path::{Path, PathBuf};
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
 use std::process::{Command, Output};
-
-const ROCSPARSE: &str = "/usr/lib/x86_64-linux-gnu/librocsparse.so.0.1";
-
-/// `path` if it exists; otherwise fails under `CI=true` and skips elsewhere.
-fn required(path: &str, package: &str) -> Option<PathBuf> {
-    if Path::new(path).exists() {
-        return Some(path.into());
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{path} is missing: install the Debian package {package}"
-    );
-    eprintln!("skipped: {path} not installed ({package})");
-    None
-}
 
 fn probe(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_offload-probe"))
@@ -39,22 +26,17 @@ fn json(out: &Output) -> serde_json::Value {
 
 #[test]
 fn lists_rocsparse_exactly_as_roc_obj_ls() {
-    let Some(lib) = required(ROCSPARSE, "librocsparse0") else {
+    let Some(lib) = support::rocsparse() else {
         return;
     };
-    let Some(tool) = required("/usr/bin/roc-obj-ls", "hipcc") else {
+    let Some(reference) = support::roc_obj_ls(&lib) else {
         return;
     };
-    let reference = Command::new(tool).arg(&lib).output().unwrap();
-    assert!(reference.status.success());
     // roc-obj-ls prints "<n> <bundle id> <uri>" per code object.
-    let expected: Vec<(String, String)> = String::from_utf8(reference.stdout)
+    let expected: Vec<(String, String)> = reference
         .unwrap()
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f[1].to_string(), f[2].to_string())
-        })
+        .into_iter()
+        .map(|e| (e.id, e.uri))
         .collect();
     assert_eq!(expected.len(), 888);
 
@@ -97,7 +79,7 @@ fn lists_rocsparse_exactly_as_roc_obj_ls() {
 
 #[test]
 fn exit_status_says_whether_every_device_has_an_image() {
-    let Some(lib) = required(ROCSPARSE, "librocsparse0") else {
+    let Some(lib) = support::rocsparse() else {
         return;
     };
     let lib = lib.to_str().unwrap();
@@ -127,7 +109,7 @@ fn exit_status_says_whether_every_device_has_an_image() {
 
 #[test]
 fn malformed_files_exit_2_with_the_offset_and_no_panic() {
-    let dir = tempdir();
+    let dir = support::temp_dir();
     let mut bundle = b"__CLANG_OFFLOAD_BUNDLE__".to_vec();
     bundle.extend((1u64 << 48).to_le_bytes());
     let cases: [(&str, Vec<u8>, &str); 4] = [
@@ -167,10 +149,10 @@ fn malformed_files_exit_2_with_the_offset_and_no_panic() {
 
 #[test]
 fn extracts_the_selected_images_byte_for_byte() {
-    let Some(lib) = required(ROCSPARSE, "librocsparse0") else {
+    let Some(lib) = support::rocsparse() else {
         return;
     };
-    let dir = tempdir();
+    let dir = support::temp_dir();
     let out = probe(&[
         "--device",
         "gfx1030",
@@ -201,15 +183,4 @@ fn extracts_the_selected_images_byte_for_byte() {
         assert_eq!(bytes, &data[offset..offset + size], "{name}");
         assert_eq!(&bytes[..4], b"\x7fELF");
     }
-}
-
-fn tempdir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "offload-probe-test-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }

@@ -2,28 +2,15 @@
 //! backends, with the production code path loading the test-double driver
 //! (or Debian's real HSA runtime) by path. One child process per configuration.
 
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn fake() -> Option<PathBuf> {
-    // target/debug/deps/detect-* -> target/debug
-    let dir = std::env::current_exe()
-        .unwrap()
-        .parent()?
-        .parent()?
-        .to_path_buf();
-    let lib = dir.join("liboffload_test_drivers.so");
-    if lib.exists() {
-        return Some(lib);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{} is missing: run `cargo build --workspace` before the tests",
-        lib.display()
-    );
-    eprintln!("skipped: test-double driver not built");
-    None
+    support::built("liboffload_test_drivers.so")
 }
 
 /// Runs `offload-probe --json` with a clean detection environment plus `env`.
@@ -275,15 +262,13 @@ fn overrides_replace_detection() {
 
 #[test]
 fn debian_hsa_runtime_finds_no_gpu_quickly() {
-    let lib = "/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1";
-    if !Path::new(lib).exists() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "install libhsa-runtime64-1"
-        );
-        eprintln!("skipped: {lib} not installed");
+    let Some(lib) = support::system_file(
+        "/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1",
+        "libhsa-runtime64-1",
+    ) else {
         return;
-    }
+    };
+    let lib = lib.to_str().unwrap();
     let start = Instant::now();
     let report = detect(&[
         ("OFFLOAD_LOADER_HSA_LIBRARY", lib),

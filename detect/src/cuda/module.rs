@@ -11,6 +11,7 @@
 //! exactly as it was found, whatever the host program made current. Modules
 //! may therefore be used from any thread.
 
+use offload_loader::magic::{ELF as ELF_MAGIC, NV_FATBIN as FATBIN_MAGIC};
 use std::borrow::Cow;
 
 use super::sys::{CuDevice, CuDevicePtr, CuResult, Handle, SUCCESS};
@@ -206,9 +207,6 @@ fn release(api: &Api, device: CuDevice) -> Result<(), DriverError> {
     })
 }
 
-const ELF_MAGIC: &[u8] = b"\x7fELF";
-const FATBIN_MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
-
 /// What `cuModuleLoadData` can read without a size: an ELF (cubin) or fat
 /// binary whose headers fit in `image`, or PTX text, NUL-terminated (a NUL is
 /// appended when missing).
@@ -254,7 +252,7 @@ fn complete_image(image: &[u8]) -> Result<Cow<'_, [u8]>, DriverError> {
             return Err(truncated("ELF", end));
         }
         Ok(image.into())
-    } else if image.starts_with(&FATBIN_MAGIC) {
+    } else if image.starts_with(FATBIN_MAGIC) {
         // Fat binary header: u32 magic, u16 version, u16 header size, u64
         // payload size.
         let end = u16_at(6)

@@ -1,0 +1,148 @@
+//! Finding the tools: LLVM's of a given version, the system's, and the Debian
+//! packages that ship them.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use super::missing;
+
+/// The Debian package that ships LLVM tool `name` of LLVM `version`.
+fn package_of(name: &str, version: u32) -> String {
+    let suffix = match name {
+        "clang" => "",
+        "clang-offload-bundler"
+        | "clang-offload-packager"
+        | "offload-arch"
+        | "amdgpu-arch"
+        | "nvptx-arch"
+        | "clang-linker-wrapper" => "tools-",
+        "ld.lld" => return format!("lld-{version}"),
+        _ => return format!("llvm-{version}"),
+    };
+    format!("clang-{suffix}{version}")
+}
+
+/// LLVM tool `name` of LLVM `version`: `/usr/lib/llvm-<version>/bin/<name>`,
+/// else `<name>-<version>` in PATH. (Unversioned names in PATH may belong to
+/// another LLVM, so they are never used.)
+pub fn tool(name: &str, version: u32) -> Option<PathBuf> {
+    let direct = PathBuf::from(format!("/usr/lib/llvm-{version}/bin/{name}"));
+    if direct.is_file() {
+        return Some(direct);
+    }
+    if let Some(p) = in_path(&format!("{name}-{version}")) {
+        return Some(p);
+    }
+    missing(
+        &format!("{name} (LLVM {version})"),
+        &package_of(name, version),
+    );
+    None
+}
+
+pub fn in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The reference tools and the compiler of one LLVM version. Building uses
+/// `clang`, `bundler` and `packager` of that version; inspection always uses
+/// LLVM 22's `llvm-objdump`, `llvm-readobj` and `llvm-offload-binary`.
+#[derive(Clone, Debug)]
+pub struct Toolchain {
+    /// 22 or 19.
+    pub version: u32,
+    pub clang: PathBuf,
+    pub bundler: PathBuf,
+    /// `llvm-offload-binary` (LLVM 22) or `clang-offload-packager` (LLVM 19).
+    pub packager: PathBuf,
+    /// `llvm-ar` (LLVM 22; Debian has no `llvm-19` package here).
+    pub ar: PathBuf,
+    /// LLVM 22's `llvm-objdump`.
+    pub objdump: PathBuf,
+    /// LLVM 22's `llvm-readobj`.
+    pub readobj: PathBuf,
+    /// LLVM 22's `llvm-offload-binary`.
+    pub offload_binary: PathBuf,
+}
+
+/// LLVM 22: clang-22, clang-tools-22, lld-22, llvm-22 and libomp-22-dev
+/// (OpenMP programs link `-lomp`). `None` (after printing why) when any is
+/// missing outside CI.
+pub fn toolchain() -> Option<Toolchain> {
+    static TC: OnceLock<Option<Toolchain>> = OnceLock::new();
+    TC.get_or_init(|| make_toolchain(22)).clone()
+}
+
+/// LLVM 19's clang and bundler (clang-19, clang-tools-19, lld-19), with LLVM
+/// 22's inspection tools (everything [`toolchain`] needs, too).
+pub fn toolchain_19() -> Option<Toolchain> {
+    static TC: OnceLock<Option<Toolchain>> = OnceLock::new();
+    TC.get_or_init(|| make_toolchain(19)).clone()
+}
+
+fn make_toolchain(version: u32) -> Option<Toolchain> {
+    let clang = tool("clang", version)?;
+    let bundler = tool("clang-offload-bundler", version)?;
+    tool("ld.lld", version)?;
+    let objdump = tool("llvm-objdump", 22)?;
+    let readobj = tool("llvm-readobj", 22)?;
+    let offload_binary = tool("llvm-offload-binary", 22)?;
+    let ar = tool("llvm-ar", 22)?;
+    let packager = if version >= 22 {
+        offload_binary.clone()
+    } else {
+        tool("clang-offload-packager", version)?
+    };
+    if version >= 22 {
+        let libomp = format!("/usr/lib/llvm-{version}/lib/libomp.so");
+        if !Path::new(&libomp).exists() {
+            missing(&libomp, &format!("libomp-{version}-dev"));
+            return None;
+        }
+    } else {
+        toolchain()?;
+    }
+    Some(Toolchain {
+        version,
+        clang,
+        bundler,
+        packager,
+        ar,
+        objdump,
+        readobj,
+        offload_binary,
+    })
+}
+
+/// `/usr/lib/x86_64-linux-gnu/librocsparse.so.0.1` (Debian `librocsparse0`, a
+/// 1.3 GB `.hip_fatbin` of 111 uncompressed bundles), same CI rule.
+pub fn rocsparse() -> Option<PathBuf> {
+    system_file(
+        "/usr/lib/x86_64-linux-gnu/librocsparse.so.0.1",
+        "librocsparse0",
+    )
+}
+
+/// `path`, a file Debian package `package` installs, if it exists; same CI
+/// rule.
+pub fn system_file(path: &str, package: &str) -> Option<PathBuf> {
+    let p = PathBuf::from(path);
+    if p.exists() {
+        Some(p)
+    } else {
+        missing(path, package);
+        None
+    }
+}
+
+/// A tool outside LLVM (valgrind, ...) from PATH.
+pub fn system_tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = in_path(name);
+    if found.is_none() {
+        missing(name, package);
+    }
+    found
+}
