@@ -158,14 +158,7 @@ pub(crate) struct Gpu {
 
 /// Detection through an opened runtime, run on a detection thread.
 pub(crate) fn detect(api: &'static Api) -> (Vec<Gpu>, BackendReport) {
-    let report = |status, reason| BackendReport::new(Backend::Hsa, status, reason);
-    match enumerate(api) {
-        Ok(devices) => {
-            let n = devices.len();
-            (devices, report(Status::Found(n), None))
-        }
-        Err((status, reason)) => (Vec::new(), report(status, Some(reason))),
-    }
+    BackendReport::of_enumeration(Backend::Hsa, enumerate(api))
 }
 
 fn enumerate(api: &'static Api) -> Result<Vec<Gpu>, (Status, Reason)> {

@@ -278,6 +278,24 @@ impl BackendReport {
             reason,
         }
     }
+
+    /// What a driver backend's enumeration ends in: the devices it found with
+    /// [`Status::Found`], or none with the status and reason it failed with.
+    pub(crate) fn of_enumeration<T>(
+        backend: Backend,
+        enumerated: Result<Vec<T>, (Status, Reason)>,
+    ) -> (Vec<T>, BackendReport) {
+        match enumerated {
+            Ok(devices) => {
+                let n = devices.len();
+                (devices, BackendReport::new(backend, Status::Found(n), None))
+            }
+            Err((status, reason)) => (
+                Vec::new(),
+                BackendReport::new(backend, status, Some(reason)),
+            ),
+        }
+    }
 }
 
 impl fmt::Display for BackendReport {
