@@ -343,3 +343,97 @@ fn libraries_register_from_several_threads_at_once() {
         );
     }
 }
+
+/// A code object whose own header contradicts its bundle entry ID (the
+/// gfx1100 entry patched to say gfx1101, as a mislabelled build would):
+/// the probe and the runtime both read the chosen image's header, reject it
+/// with the same reason and take the same next-best image.
+#[test]
+fn probe_and_runtime_agree_when_a_header_contradicts_its_bundle_id() {
+    use offload_loader_workspace::loader::{Limits, MappedFile};
+
+    let Some(e) = loader() else { return };
+    let Some(probe) = built("offload-probe") else {
+        return;
+    };
+    let dir = scratch("hip-mislabelled");
+    let exe = e.build(LinkedProgram::hip(&["gfx1100", "gfx11-generic"], "app.hip"));
+    let mut bytes = std::fs::read(&exe).unwrap();
+    // Where the gfx1100 code object lies in the file.
+    let at = {
+        let file = MappedFile::open(&exe).unwrap();
+        let sections = file.containers(&Limits::default()).unwrap();
+        let c = sections[0].containers[0].as_ref().unwrap();
+        let image = c
+            .images()
+            .iter()
+            .find(|i| i.id == "hipv4-amdgcn-amd-amdhsa--gfx1100")
+            .unwrap();
+        (c.offset() + image.offset) as usize
+    };
+    assert_eq!(&bytes[at..at + 4], b"\x7fELF");
+    let flags = u32::from_le_bytes(bytes[at + 48..at + 52].try_into().unwrap());
+    assert_eq!(flags & 0xff, 0x41, "EF_AMDGPU_MACH_AMDGCN_GFX1100");
+    // EF_AMDGPU_MACH_AMDGCN_GFX1101 = 0x46 (llvm/BinaryFormat/ELF.h).
+    bytes[at + 48..at + 52].copy_from_slice(&((flags & !0xff) | 0x46).to_le_bytes());
+    let patched = dir.join("app-mislabelled");
+    std::fs::write(&patched, &bytes).unwrap();
+    std::fs::set_permissions(
+        &patched,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+
+    let device = "gfx1100";
+    // The probe: which image, and why not the mislabelled one.
+    let out = run_ok(
+        Command::new(&probe)
+            .arg(&patched)
+            .args(["--device", device, "--json"]),
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let container = &report["objects"][0]["containers"][0];
+    let ids: Vec<&str> = container["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["bundle_id"].as_str().unwrap())
+        .collect();
+    let chosen = container["selected"][0]["image"].as_u64().unwrap() as usize;
+    assert_eq!(ids[chosen], "hipv4-amdgcn-amd-amdhsa--gfx11-generic");
+    let mislabelled = ids
+        .iter()
+        .position(|id| *id == "hipv4-amdgcn-amd-amdhsa--gfx1100")
+        .unwrap();
+    let why = container["selected"][0]["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["image"] == mislabelled)
+        .unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        why,
+        "its header says it is for gfx1101, not gfx1100 as its container claims"
+    );
+
+    // The runtime, under the test-double HSA driver showing the same device.
+    let mut cmd = e.fake_driver(&patched, "gfx1100|gfx11-generic", &dir.join("loads.log"));
+    let out = output_text(&mut cmd);
+    assert!(
+        out.contains(&format!(
+            "app device={device} selected=0 image={chosen} target=gfx11-generic "
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("[{mislabelled}] gfx1100: {why}")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("app device={device} kernel=0")),
+        "{out}"
+    );
+}
