@@ -192,7 +192,8 @@ pub struct BundleId {
     pub triple: Triple,
     /// The target ID as written (empty when the ID has none).
     pub target_id: String,
-    /// The target ID parsed against the triple's vendor.
+    /// The target ID parsed against the triple's vendor; an AMDGPU alias is
+    /// [`Arch::Unknown`] with [`crate::target::TargetIdError::Alias`].
     pub arch: Arch,
 }
 
@@ -216,7 +217,7 @@ impl BundleId {
             os: os.into(),
             env: env.into(),
         };
-        let parsed = Arch::parse(triple.gpu_vendor(), target_id);
+        let parsed = Arch::parse_bundle_target(triple.gpu_vendor(), target_id);
         BundleId {
             kind: OffloadKind::from_bundle(kind),
             triple,
@@ -238,7 +239,7 @@ fn names_gpu(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::{FeatureSetting, TargetId};
+    use crate::target::{FeatureSetting, TargetIdError};
 
     fn build(entries: &[(&str, &[u8])], align: usize) -> Vec<u8> {
         let mut out = magic::BUNDLE.to_vec();
@@ -366,7 +367,21 @@ mod tests {
         assert_eq!(nv.triple.arch, "nvptx64");
 
         let alias = BundleId::parse("hcc-amdgcn-amd-amdhsa--fiji");
-        assert_eq!(alias.arch, Arch::Amdgpu(TargetId::parse("gfx803").unwrap()));
+        // comgr and clr compare bundle IDs as written: `fiji` is not gfx803.
+        assert!(
+            matches!(
+                &alias.arch,
+                Arch::Unknown {
+                    error: TargetIdError::Alias {
+                        processor: "gfx803",
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{:?}",
+            alias.arch
+        );
         let generic = BundleId::parse("hipv4-amdgcn-amd-amdhsa--gfx11-generic");
         assert_eq!(generic.arch.to_string(), "gfx11-generic");
         let old = BundleId::parse("hip-amdgcn-amd-amdhsa-gfx906:xnack-");

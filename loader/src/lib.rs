@@ -54,7 +54,7 @@ pub mod registration;
 pub mod select;
 pub mod target;
 
-pub use container::{scan, Container, Format};
+pub use container::{scan, Container, Format, Scope};
 pub use discover::file::{MappedFile, SectionContainers};
 pub use discover::FileError;
 pub use error::{Error, ErrorKind, Result};

@@ -9,7 +9,6 @@
 use std::fmt;
 
 use crate::image::{CodeKind, Content, Image};
-use crate::target::amdgpu::MAX_GENERIC_VERSION;
 use crate::target::{
     Arch, ArchVariant, ComputeCapability, Feature, FeatureSetting, NvArch, OffloadKind, PtxVersion,
     TargetId, TargetIdError, Triple, Vendor,
@@ -172,14 +171,6 @@ pub enum Rejection {
         /// The device's processor.
         device: &'static str,
     },
-    /// A generic image newer than this loader understands.
-    #[error("its generic version {version} is newer than the newest this loader knows ({max})")]
-    GenericVersionTooNew {
-        /// The image's generic version.
-        version: u8,
-        /// The newest known.
-        max: u8,
-    },
     /// A generic image older than the device's membership in the family.
     #[error("its generic version {version} predates {device}, which joined the family at version {joined}")]
     GenericVersionTooOld {
@@ -260,6 +251,66 @@ pub struct Selection {
     pub compatible: Vec<(usize, Fit)>,
     /// Every image not chosen, with the reason, in image order.
     pub rejected: Vec<(usize, Rejection)>,
+    /// Feature settings the chosen image states that the device did not
+    /// report (`xnack+` on a device found through KFD): the image is taken,
+    /// as the runtimes take it, but its fit is assumed, not known.
+    pub assumed: Vec<String>,
+    /// What the vendor's own runtime would load, by its rule ([`Vendor`]).
+    pub vendor: Option<VendorChoice>,
+}
+
+/// The image a vendor runtime would load from the same images, by its own
+/// rule rather than best fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VendorChoice {
+    /// The runtime whose rule this is.
+    pub runtime: VendorRuntime,
+    /// The image it takes, if any.
+    pub image: Option<usize>,
+}
+
+/// The vendor runtimes whose choice selection predicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VendorRuntime {
+    /// The HIP runtime (clr) and comgr: the first compatible code object in
+    /// bundle order, a specific processor before a generic family (comgr
+    /// `amd_comgr_lookup_code_object`, checked against Debian's comgr 5.2,
+    /// which takes the first compatible entry; clr `hip_code_object.cpp`,
+    /// which looks for the specific ISA before the generic one).
+    Hip,
+    /// LLVM's libomptarget: the first image of the descriptor whose target
+    /// the device's plugin accepts (`omptarget` `registerImage`, in order).
+    Libomptarget,
+}
+
+impl VendorRuntime {
+    /// The runtime's name in reports: `hip`, `libomptarget`.
+    pub fn name(self) -> &'static str {
+        match self {
+            VendorRuntime::Hip => "hip",
+            VendorRuntime::Libomptarget => "libomptarget",
+        }
+    }
+
+    /// Its rule, as one phrase.
+    pub fn rule(self) -> &'static str {
+        match self {
+            VendorRuntime::Hip => {
+                "the first compatible code object in bundle order, specific before generic"
+            }
+            VendorRuntime::Libomptarget => "the first compatible image in descriptor order",
+        }
+    }
+
+    /// The runtime that loads images of `kind`, if its rule differs from
+    /// best fit at all (the CUDA driver picks the best cubin itself).
+    fn of(kind: &OffloadKind) -> Option<VendorRuntime> {
+        match kind {
+            OffloadKind::Hip => Some(VendorRuntime::Hip),
+            OffloadKind::OpenMp => Some(VendorRuntime::Libomptarget),
+            _ => None,
+        }
+    }
 }
 
 /// Images to select among, and a way to read one image's own header.
@@ -369,8 +420,44 @@ fn rank(
             ));
         }
         selection.rejected.sort_by_key(|(i, _)| *i);
+        if let DeviceTarget::Amdgpu(dev) = device {
+            selection.assumed = assumed(dev, &images[best].arch);
+        }
+    }
+    let kind = policy
+        .offload_kind
+        .as_ref()
+        .or(selection.chosen.map(|i| &images[i].offload_kind));
+    if let Some(runtime) = kind.and_then(VendorRuntime::of) {
+        let first = |specific: Option<bool>| {
+            selection
+                .compatible
+                .iter()
+                .filter(|(_, fit)| specific != Some(!fit.specific))
+                .map(|&(i, _)| i)
+                .min()
+        };
+        let image = match runtime {
+            VendorRuntime::Hip => first(Some(true)).or(first(Some(false))),
+            VendorRuntime::Libomptarget => first(None),
+        };
+        selection.vendor = Some(VendorChoice { runtime, image });
     }
     selection
+}
+
+/// The feature settings `image` states that `device` did not report.
+fn assumed(device: &TargetId, image: &Arch) -> Vec<String> {
+    let Arch::Amdgpu(image) = image else {
+        return Vec::new();
+    };
+    Feature::ALL
+        .into_iter()
+        .filter(|&f| {
+            device.setting(f) == FeatureSetting::Any && image.setting(f) != FeatureSetting::Any
+        })
+        .map(|f| format!("{}{}", f.name(), sign(image.setting(f))))
+        .collect()
 }
 
 fn why_better(best: &Fit, other: &Fit) -> &'static str {
@@ -512,13 +599,12 @@ fn check_amdgpu(
                 device: dev.processor.name,
             });
         }
+        // A member runs any generic version at or after the one it joined the
+        // family at; there is no upper bound (LLVM 22 ELF.h
+        // `EF_AMDGPU_GENERIC_VERSION_MAX` is 0xff; ROCr's ISA registry takes
+        // any `codeGenericVersion` at or above the minimum; clr treats every
+        // version >= 1 as generic). Version 0 is invalid and predates all.
         let version = generic_version.unwrap_or(img.processor.generic_version);
-        if version > MAX_GENERIC_VERSION {
-            return Err(Rejection::GenericVersionTooNew {
-                version,
-                max: MAX_GENERIC_VERSION,
-            });
-        }
         let joined = dev.processor.generic_join_version();
         if version < joined {
             return Err(Rejection::GenericVersionTooOld {
@@ -662,6 +748,81 @@ mod tests {
     }
 
     #[test]
+    fn the_vendor_rule_is_predicted_where_it_differs() {
+        // HIP and comgr take the first compatible entry: the "any" gfx90a
+        // image, where best fit takes the exact xnack- one.
+        let s = pick("gfx90a:sramecc+:xnack-", ROCM);
+        assert_eq!(s.chosen, Some(4));
+        let vendor = s.vendor.unwrap();
+        assert_eq!(
+            (vendor.runtime, vendor.image),
+            (VendorRuntime::Hip, Some(2))
+        );
+        // Specific before generic, whatever the order.
+        let generic_first = [
+            "hipv4-amdgcn-amd-amdhsa--gfx11-generic",
+            "hipv4-amdgcn-amd-amdhsa--gfx1100",
+        ];
+        let s = pick("gfx1100", &generic_first);
+        assert_eq!((s.chosen, s.vendor.unwrap().image), (Some(1), Some(1)));
+        assert_eq!(
+            pick("gfx1151", &generic_first).vendor.unwrap().image,
+            Some(0)
+        );
+        // libomptarget: the first compatible image, generic or not.
+        let omp = [
+            "openmp-amdgcn-amd-amdhsa--gfx11-generic",
+            "openmp-amdgcn-amd-amdhsa--gfx1100",
+        ];
+        let s = pick("gfx1100", &omp);
+        let vendor = s.vendor.unwrap();
+        assert_eq!(
+            (s.chosen, vendor.runtime, vendor.image),
+            (Some(1), VendorRuntime::Libomptarget, Some(0))
+        );
+        // CUDA's driver picks the best cubin itself: nothing to predict.
+        assert_eq!(
+            pick("sm_80", &["cuda-nvptx64-nvidia-cuda--sm_80"]).vendor,
+            None
+        );
+    }
+
+    #[test]
+    fn features_the_device_did_not_report_are_assumed() {
+        let only_xnack_on = ["hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+"];
+        let s = pick("gfx90a", &only_xnack_on);
+        assert_eq!(
+            (s.chosen, s.assumed.clone()),
+            (Some(0), vec!["xnack+".to_string()])
+        );
+        assert!(!s.compatible[0].1.certain);
+        assert!(pick("gfx90a:xnack+", &only_xnack_on).assumed.is_empty());
+        assert!(pick("gfx90a", ROCM).assumed.is_empty());
+    }
+
+    #[test]
+    fn aliases_and_invalid_target_ids_in_bundle_ids_never_load() {
+        let s = pick(
+            "gfx803",
+            &[
+                "hcc-amdgcn-amd-amdhsa--fiji",
+                "hipv4-amdgcn-amd-amdhsa--gfx803",
+            ],
+        );
+        assert_eq!(s.chosen, Some(1));
+        assert_eq!(
+            s.rejected[0].1.to_string(),
+            "its target fiji is not valid: `fiji` is an alias of gfx803, and runtimes compare bundle IDs as written"
+        );
+        let s = pick("gfx1030", &["hipv4-amdgcn-amd-amdhsa--gfx1030:xnack+"]);
+        assert_eq!(s.chosen, None);
+        assert_eq!(
+            s.rejected[0].1.to_string(),
+            "its target gfx1030:xnack+ is not valid: processor gfx1030 does not support xnack"
+        );
+    }
+
+    #[test]
     fn unknown_device_features_rank_below_certain_ones() {
         // A device seen through KFD: xnack unknown. The "any" image surely runs.
         let s = pick("gfx90a", ROCM);
@@ -684,7 +845,7 @@ mod tests {
     fn generic_version_bounds() {
         let mut imgs = images(&["hip-amdgcn-amd-amdhsa--gfx11-generic"]);
         let dev = DeviceTarget::parse("gfx1103").unwrap();
-        for (v, ok) in [(0, false), (1, true), (2, false)] {
+        for (v, ok) in [(0, false), (1, true), (2, true), (255, true)] {
             imgs[0].content = Some(Content {
                 code: CodeKind::AmdgpuElf,
                 generic_version: Some(v),

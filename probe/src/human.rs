@@ -151,6 +151,28 @@ fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], v
                         "  device [{d}] {} loads [{i}] {}{of}",
                         device.target_id, first.images[*i].bundle_id
                     );
+                    let Some(c) = group.iter().find(|c| c.selected[d].image == Some(*i)) else {
+                        continue;
+                    };
+                    let s = &c.selected[d];
+                    if !s.assumed.is_empty() {
+                        let _ = writeln!(
+                            out,
+                            "      assumed: it needs {}, which the device did not report",
+                            s.assumed.join(" and ")
+                        );
+                    }
+                    if let Some(v) = &s.vendor {
+                        let theirs = match v.image {
+                            Some(j) => format!("[{j}] {}", c.images[j].bundle_id),
+                            None => "nothing".into(),
+                        };
+                        let _ = writeln!(
+                            out,
+                            "      {} would load {theirs} ({}); [{i}] is the best fit",
+                            v.runtime, v.rule
+                        );
+                    }
                 }
                 None => {
                     let _ = writeln!(

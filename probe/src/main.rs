@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use offload_loader::{Container, Limits, Selection};
+use offload_loader::{ImageSource, Limits, Scope, Selection};
 
 /// Which GPU image would load on this machine, and why not the others.
 #[derive(Parser, Debug)]
@@ -141,18 +141,18 @@ fn exit_status(report: &report::Report, extract_failed: bool) -> ExitCode {
     ExitCode::from(u8::from(missing))
 }
 
-/// Writes the selected images of `container` (or all of them) into `dir`, named
-/// `<file>-<container offset>-<index>-<bundle id>.co`.
+/// Writes the selected images of `scope` (or all of them) into `dir`, named
+/// `<file>-<container offset>-<index in container>-<bundle id>.co`.
 fn extract(
     dir: &Path,
     path: &Path,
-    container: &Container<'_>,
+    scope: &Scope<'_, '_>,
     selections: &[Selection],
     all: bool,
 ) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut wanted: Vec<usize> = if all {
-        (0..container.images().len()).collect()
+        (0..scope.images().len()).collect()
     } else {
         selections.iter().filter_map(|s| s.chosen).collect()
     };
@@ -160,15 +160,18 @@ fn extract(
     wanted.dedup();
     let stem = path.file_name().unwrap_or_default().to_string_lossy();
     for index in wanted {
-        let image = &container.images()[index];
+        let Some((container, local)) = scope.locate(index) else {
+            continue;
+        };
+        let image = &container.images()[local];
         if image.size == 0 {
             continue;
         }
         let bytes = container
-            .image_bytes(index)
+            .image_bytes(local)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let name = format!(
-            "{stem}-{:#x}-{index}-{}.co",
+            "{stem}-{:#x}-{local}-{}.co",
             container.offset(),
             image.id.replace('/', "_")
         );

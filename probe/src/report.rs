@@ -5,7 +5,8 @@ use std::path::Path;
 
 use offload_loader::discover::FileErrorKind;
 use offload_loader::{
-    select, Container, DeviceTarget, Image, ImageSource, Limits, MappedFile, Policy, Selection,
+    select, Container, DeviceTarget, Image, ImageSource, Limits, MappedFile, Policy, Scope,
+    Selection,
 };
 use serde::Serialize;
 
@@ -67,16 +68,21 @@ pub struct ObjectReport {
     pub containers: Vec<ContainerReport>,
 }
 
-/// One container (or a container that failed to parse, with `error`).
+/// One container (or a container that failed to parse, with `error`); for
+/// the offload binaries of one section, all of them: the images the runtime
+/// weighs against each other (a selection scope).
 #[derive(Debug, Serialize)]
 pub struct ContainerReport {
     pub section: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub member: Option<String>,
-    /// File offset of the container.
+    /// File offset of the container (of the first, for several).
     pub offset: u64,
-    /// Bytes it occupies in the file.
+    /// Bytes it occupies in the file (from the first's start to the last's end).
     pub size: u64,
+    /// How many containers of `format` the images come from, when more than one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub containers: Option<usize>,
     /// `bundle`, `compressed-bundle`, `offload-binary`, `nv-fatbin`; `null` when broken.
     pub format: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,7 +128,25 @@ pub struct SelectedReport {
     pub device: usize,
     /// Index into `images`, or null.
     pub image: Option<usize>,
+    /// Feature settings the chosen image relies on that the device did not
+    /// report (`xnack+`): the fit is assumed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assumed: Vec<String>,
+    /// What the vendor runtime would load instead, where its rule differs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<VendorReport>,
     pub rejected: Vec<RejectedReport>,
+}
+
+/// The image a vendor runtime would load where it is not the chosen one.
+#[derive(Debug, Serialize)]
+pub struct VendorReport {
+    /// `hip` or `libomptarget`.
+    pub runtime: &'static str,
+    /// Index into `images`, or null.
+    pub image: Option<usize>,
+    /// Its rule.
+    pub rule: &'static str,
 }
 
 /// An image not chosen, and why.
@@ -132,13 +156,13 @@ pub struct RejectedReport {
     pub reason: String,
 }
 
-/// Inspects `path` and selects for `devices`; `extract` is handed each
-/// container with the selections so images can be written out.
+/// Inspects `path` and selects for `devices`; `visit` is handed each
+/// selection scope with its selections so images can be written out.
 pub fn inspect(
     path: &Path,
     devices: &[DeviceRow],
     limits: &Limits,
-    mut visit: impl FnMut(&Container<'_>, &[Selection]),
+    mut visit: impl FnMut(&Scope<'_, '_>, &[Selection]),
 ) -> ObjectReport {
     let mut report = ObjectReport {
         path: path.display().to_string(),
@@ -161,68 +185,94 @@ pub fn inspect(
             return report;
         }
     };
-    for found in sections {
-        for container in found.containers {
-            let mut row = ContainerReport {
-                section: found.section.name.clone(),
-                member: found.section.member.clone(),
-                offset: 0,
-                size: 0,
-                format: None,
-                compression: None,
-                images: Vec::new(),
-                selected: Vec::new(),
-                error: None,
-            };
-            match container {
-                Err(e) => {
-                    row.offset = e.offset;
-                    row.error = Some(format!("{}: {e}", path.display()));
-                }
-                Ok(c) => {
-                    let selections: Vec<Selection> = devices
-                        .iter()
-                        .map(|d| select(&d.target, &c, &Policy::default()))
-                        .collect();
-                    visit(&c, &selections);
-                    row.offset = c.offset();
-                    row.size = c.len();
-                    row.format = Some(c.format().name());
-                    row.compression = c.compression().map(|h| CompressionReport {
-                        version: h.version,
-                        method: h.method.name(),
-                        uncompressed_size: h.uncompressed_size,
-                    });
-                    row.images = c
-                        .images()
-                        .iter()
-                        .map(|i| {
-                            let chosen = selections.iter().any(|s| s.chosen == Some(i.index));
-                            image_row(path, &c, i, chosen)
-                        })
-                        .collect();
-                    row.selected = selections
-                        .into_iter()
-                        .enumerate()
-                        .map(|(device, s)| SelectedReport {
-                            device,
-                            image: s.chosen,
-                            rejected: s
-                                .rejected
-                                .into_iter()
-                                .map(|(image, why)| RejectedReport {
-                                    image,
-                                    reason: why.to_string(),
-                                })
-                                .collect(),
-                        })
-                        .collect();
-                }
-            }
-            report.containers.push(row);
+    for found in &sections {
+        let row = || ContainerReport {
+            section: found.section.name.clone(),
+            member: found.section.member.clone(),
+            offset: 0,
+            size: 0,
+            containers: None,
+            format: None,
+            compression: None,
+            images: Vec::new(),
+            selected: Vec::new(),
+            error: None,
+        };
+        let mut rows = Vec::new();
+        for e in found.containers.iter().filter_map(|c| c.as_ref().err()) {
+            rows.push(ContainerReport {
+                offset: e.offset,
+                error: Some(format!("{}: {e}", path.display())),
+                ..row()
+            });
         }
+        for scope in found.scopes() {
+            let selections: Vec<Selection> = devices
+                .iter()
+                .map(|d| select(&d.target, &scope, &Policy::default()))
+                .collect();
+            visit(&scope, &selections);
+            rows.push(scope_row(path, &scope, selections, row()));
+        }
+        rows.sort_by_key(|r| r.offset);
+        report.containers.extend(rows);
     }
     report
+}
+
+/// The row of one selection scope.
+fn scope_row(
+    path: &Path,
+    scope: &Scope<'_, '_>,
+    selections: Vec<Selection>,
+    mut row: ContainerReport,
+) -> ContainerReport {
+    let containers = scope.containers();
+    let (first, last) = (containers[0], containers[containers.len() - 1]);
+    row.offset = first.offset();
+    row.size = last.offset() + last.len() - first.offset();
+    row.containers = (containers.len() > 1).then_some(containers.len());
+    row.format = Some(first.format().name());
+    row.compression = first.compression().map(|h| CompressionReport {
+        version: h.version,
+        method: h.method.name(),
+        uncompressed_size: h.uncompressed_size,
+    });
+    row.images = scope
+        .images()
+        .iter()
+        .filter_map(|i| {
+            let (c, j) = scope.locate(i.index)?;
+            let chosen = selections.iter().any(|s| s.chosen == Some(i.index));
+            Some(image_row(path, c, &c.images()[j], chosen))
+        })
+        .collect();
+    row.selected = selections
+        .into_iter()
+        .enumerate()
+        .map(|(device, s)| SelectedReport {
+            device,
+            image: s.chosen,
+            assumed: s.assumed,
+            vendor: s
+                .vendor
+                .filter(|v| v.image != s.chosen)
+                .map(|v| VendorReport {
+                    runtime: v.runtime.name(),
+                    image: v.image,
+                    rule: v.runtime.rule(),
+                }),
+            rejected: s
+                .rejected
+                .into_iter()
+                .map(|(image, why)| RejectedReport {
+                    image,
+                    reason: why.to_string(),
+                })
+                .collect(),
+        })
+        .collect();
+    row
 }
 
 /// One image's row; the header of a chosen image is read for its `code`

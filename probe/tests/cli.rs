@@ -184,3 +184,57 @@ fn extracts_the_selected_images_byte_for_byte() {
         assert_eq!(&bytes[..4], b"\x7fELF");
     }
 }
+
+/// libomptarget weighs every image of a program's descriptor together: in
+/// the file, the offload binaries of `.llvm.offloading` are one scope, so a
+/// device served by any of them has an image (exit 0).
+#[test]
+fn openmp_programs_select_across_their_offload_binaries() {
+    let Some(tc) = support::toolchain() else {
+        return;
+    };
+    let exe = tc.build(
+        support::OpenMp::new(&["gfx90a:xnack-", "gfx90a:xnack+", "gfx1030"])
+            .output(support::Output::Executable),
+    );
+    let exe = exe.to_str().unwrap();
+    let devices = ["--device", "gfx90a:sramecc+:xnack+", "--device", "gfx1030"];
+    let out = probe(&[&[exe, "--json"][..], &devices].concat());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&out);
+    let scopes: Vec<&serde_json::Value> = report["objects"][0]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["section"] == ".llvm.offloading")
+        .collect();
+    assert_eq!(scopes.len(), 1, "one scope for the section: {scopes:?}");
+    let scope = scopes[0];
+    assert_eq!(scope["containers"], 3, "{scope}");
+    let targets: Vec<&str> = scope["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["target_id"].as_str().unwrap())
+        .collect();
+    let chosen = |d: usize| targets[scope["selected"][d]["image"].as_u64().unwrap() as usize];
+    assert_eq!((chosen(0), chosen(1)), ("gfx90a:xnack+", "gfx1030"));
+    // Every image has a file offset inside the file and a reason when not chosen.
+    assert_eq!(
+        scope["selected"][0]["rejected"].as_array().unwrap().len(),
+        2
+    );
+    // The human report says the same.
+    let text = probe(&[&[exe][..], &devices].concat());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("device [0] gfx90a:sramecc+:xnack+ loads"),
+        "{text}"
+    );
+    assert!(!text.contains("no compatible image"), "{text}");
+}

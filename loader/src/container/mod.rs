@@ -13,11 +13,13 @@
 //! header of the image it is about to choose through it.
 
 mod images;
+mod scope;
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
 pub use images::from_descriptor_image;
+pub use scope::Scope;
 
 use crate::bundle::Bundle;
 use crate::compressed::CompressedBundle;

@@ -13,7 +13,7 @@ use super::{
     FileError, FileErrorKind, OffloadSection, SectionRole, CONTAINER_SECTIONS,
     OBJECT_BUNDLE_PREFIX, REGISTRATION_SECTIONS, SHT_LLVM_OFFLOADING,
 };
-use crate::container::{self, Container, Format};
+use crate::container::{self, Container, Format, Scope};
 use crate::limits::Limits;
 
 /// A file mapped read-only into memory.
@@ -151,6 +151,37 @@ pub struct SectionContainers<'a> {
     pub section: OffloadSection,
     /// Its containers (offsets relative to the file), or the error in place of one.
     pub containers: Vec<crate::Result<Container<'a>>>,
+}
+
+impl<'a> SectionContainers<'a> {
+    /// The selection scopes of the section's readable containers: its
+    /// offload binaries together, one scope at the place of the first (what
+    /// libomptarget sees in the program's descriptor, and what
+    /// clang-linker-wrapper bundles for HIP), every other container on its
+    /// own (HIP's bundle, CUDA's fat binary).
+    pub fn scopes(&self) -> Vec<Scope<'_, 'a>> {
+        // Each other container, or the place of the offload binaries' scope.
+        let mut order: Vec<Option<&Container<'a>>> = Vec::new();
+        let mut binaries = Vec::new();
+        for c in self.containers.iter().flatten() {
+            if c.format() != Format::OffloadBinary {
+                order.push(Some(c));
+            } else {
+                if binaries.is_empty() {
+                    order.push(None);
+                }
+                binaries.push(c);
+            }
+        }
+        let mut binaries = Some(binaries);
+        order
+            .into_iter()
+            .filter_map(|c| match c {
+                Some(c) => Some(Scope::single(c)),
+                None => binaries.take().map(Scope::of),
+            })
+            .collect()
+    }
 }
 
 /// Every offload section in `data` (a whole file), in file order.

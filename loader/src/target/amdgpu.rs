@@ -31,10 +31,6 @@ pub struct Processor {
     pub generic_version: u8,
 }
 
-/// The newest generic code-object version this crate understands
-/// (`EF_AMDGPU_GENERIC_VERSION_MAX` in LLVM 22's ELF.h is 1).
-pub const MAX_GENERIC_VERSION: u8 = 1;
-
 impl Processor {
     /// Every processor LLVM 22 knows.
     pub fn all() -> &'static [Processor] {
@@ -160,6 +156,18 @@ pub enum TargetIdError {
         /// The feature.
         feature: &'static str,
     },
+    /// A legacy alias (`fiji`) where only the primary name counts: in a
+    /// bundle entry ID. Aliases are names for `-mcpu`; comgr
+    /// (`amd_comgr_lookup_code_object`) and clr compare the processor of a
+    /// bundle ID as written, and LLVM 22's bundler does not unbundle a `fiji`
+    /// entry for gfx803, so such an entry never loads.
+    #[error("`{alias}` is an alias of {processor}, and runtimes compare bundle IDs as written")]
+    Alias {
+        /// The alias as written.
+        alias: String,
+        /// The processor it names.
+        processor: &'static str,
+    },
     /// A feature given twice.
     #[error("`{feature}` appears twice in target ID `{id}`")]
     Duplicate {
@@ -198,6 +206,16 @@ impl TargetId {
     /// table, as clang's `parseTargetID` does: known processor (or alias), only
     /// features the processor has, each once, in any order.
     pub fn parse(id: &str) -> Result<TargetId, TargetIdError> {
+        Self::parse_with(id, true)
+    }
+
+    /// Parses a target ID as a bundle entry ID carries it: as [`TargetId::parse`],
+    /// but a legacy alias is an error ([`TargetIdError::Alias`]).
+    pub fn parse_primary(id: &str) -> Result<TargetId, TargetIdError> {
+        Self::parse_with(id, false)
+    }
+
+    fn parse_with(id: &str, aliases: bool) -> Result<TargetId, TargetIdError> {
         let mut parts = id.split(':');
         let name = parts.next().unwrap_or_default();
         if name.is_empty() {
@@ -205,6 +223,12 @@ impl TargetId {
         }
         let processor =
             Processor::lookup(name).ok_or_else(|| TargetIdError::UnknownProcessor(name.into()))?;
+        if !aliases && processor.name != name {
+            return Err(TargetIdError::Alias {
+                alias: name.into(),
+                processor: processor.name,
+            });
+        }
         let mut target = TargetId::new(processor);
         for part in parts {
             let bad = || TargetIdError::BadFeature {

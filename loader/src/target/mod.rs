@@ -49,6 +49,21 @@ impl Arch {
         })
     }
 
+    /// Parses the target of a bundle entry ID: as [`Arch::parse`], but an
+    /// AMDGPU alias (`fiji`) is not taken for its processor
+    /// ([`TargetIdError::Alias`]).
+    pub fn parse_bundle_target(vendor: Option<Vendor>, name: &str) -> Arch {
+        match vendor {
+            Some(Vendor::Amd) if !name.is_empty() => TargetId::parse_primary(name)
+                .map(Arch::Amdgpu)
+                .unwrap_or_else(|error| Arch::Unknown {
+                    name: name.into(),
+                    error,
+                }),
+            _ => Arch::parse(vendor, name),
+        }
+    }
+
     /// The vendor whose devices this arch names.
     pub fn vendor(&self) -> Option<Vendor> {
         match self {
