@@ -424,22 +424,35 @@ fn rank(
             selection.assumed = assumed(dev, &images[best].arch);
         }
     }
-    let kind = policy
-        .offload_kind
-        .as_ref()
-        .or(selection.chosen.map(|i| &images[i].offload_kind));
+    let kind = policy.offload_kind.as_ref().or_else(|| {
+        let chosen = selection.chosen.map(|i| &images[i].offload_kind);
+        chosen.or_else(|| {
+            images
+                .iter()
+                .map(|i| &i.offload_kind)
+                .find(|k| **k != OffloadKind::Host)
+        })
+    });
     if let Some(runtime) = kind.and_then(VendorRuntime::of) {
-        let first = |specific: Option<bool>| {
+        // The first compatible image in order, by tiers: the vendor runtime
+        // knows the device's feature settings, so images that rely on
+        // settings not reported here come last (clang's
+        // `isCompatibleTargetID`, which comgr and the bundler apply, does
+        // not match a stated feature against an unstated one).
+        let first = |specific: Option<bool>, certain: bool| {
             selection
                 .compatible
                 .iter()
-                .filter(|(_, fit)| specific != Some(!fit.specific))
+                .filter(|(_, fit)| fit.certain == certain && specific != Some(!fit.specific))
                 .map(|&(i, _)| i)
                 .min()
         };
         let image = match runtime {
-            VendorRuntime::Hip => first(Some(true)).or(first(Some(false))),
-            VendorRuntime::Libomptarget => first(None),
+            VendorRuntime::Hip => first(Some(true), true)
+                .or_else(|| first(Some(false), true))
+                .or_else(|| first(Some(true), false))
+                .or_else(|| first(Some(false), false)),
+            VendorRuntime::Libomptarget => first(None, true).or_else(|| first(None, false)),
         };
         selection.vendor = Some(VendorChoice { runtime, image });
     }

@@ -113,6 +113,8 @@ impl Hip {
 pub struct CodeObject {
     pub arch: String,
     pub source: String,
+    /// Extra compiler arguments (`-mcode-object-version=5`, `-mllvm ...`).
+    pub args: Vec<String>,
 }
 
 impl CodeObject {
@@ -120,7 +122,12 @@ impl CodeObject {
         CodeObject {
             arch: arch.into(),
             source: "kernels.hip".into(),
+            args: Vec::new(),
         }
+    }
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.into());
+        self
     }
 }
 
@@ -228,7 +235,10 @@ impl Toolchain {
                 src(&r.source),
                 "-o".into(),
                 "kernels.co".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(r.args.iter().cloned())
+            .collect(),
             &[],
         );
         plan
