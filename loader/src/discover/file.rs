@@ -150,7 +150,7 @@ pub struct SectionContainers<'a> {
     /// The section.
     pub section: OffloadSection,
     /// Its containers (offsets relative to the file), or the error in place of one.
-    pub containers: Vec<crate::Result<Container<'a>>>,
+    pub containers: Vec<crate::error::Result<Container<'a>>>,
 }
 
 impl<'a> SectionContainers<'a> {

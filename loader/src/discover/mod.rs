@@ -87,7 +87,7 @@ pub enum FileErrorKind {
         message: String,
     },
     /// An offload structure in it is broken (offset relative to the file).
-    Format(crate::Error),
+    Format(crate::error::Error),
     /// It is not an ELF file, an archive or an offload container.
     Unrecognised,
 }
