@@ -44,3 +44,123 @@ fn openmp_program_registers_images_and_entries() {
     let loads = std::fs::read_to_string(&log).unwrap();
     assert_eq!(loads.lines().count(), 2, "{loads}");
 }
+
+/// A program of the clang-offload-wrapper generation (clang-14): no offload
+/// section, the image behind a `__tgt_bin_desc` whose pointers a PIE file
+/// fills through dynamic relocations. The probe finds the descriptor from
+/// the file and names the image the runtime registers, with the same size.
+#[test]
+fn clang_14_wrapper_generation_probe_and_runtime_agree() {
+    let Some(e) = loader() else { return };
+    let Some(clang14) = tool("clang", 14) else {
+        return;
+    };
+    let Some(lld14) = tool("lld", 14) else { return };
+    let Some(probe) = built("offload-probe") else {
+        return;
+    };
+    let dir = scratch("omp-clang14");
+    // No device runtime is packaged: the device link must accept undefined
+    // symbols, so clang-14 runs from a copy of its tool directory whose lld
+    // says so.
+    let tools = dir.join("tools");
+    let _ = std::fs::remove_dir_all(&tools);
+    std::fs::create_dir_all(&tools).unwrap();
+    for entry in std::fs::read_dir(clang14.parent().unwrap()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap();
+        if name != "lld" && name != "ld.lld" {
+            std::os::unix::fs::symlink(&path, tools.join(name)).unwrap();
+        }
+    }
+    std::fs::write(
+        tools.join("lld"),
+        format!(
+            "#!/bin/sh\nexec {} \"$@\" --unresolved-symbols=ignore-all\n",
+            lld14.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        tools.join("lld"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("lld", tools.join("ld.lld")).unwrap();
+    let shim = dir.join("shim");
+    std::fs::create_dir_all(&shim).unwrap();
+    let _ = std::fs::remove_file(shim.join("libomptarget.so"));
+    std::os::unix::fs::symlink(
+        e.build_dir.join("liboffload_loader.so"),
+        shim.join("libomptarget.so"),
+    )
+    .unwrap();
+    let exe = dir.join("app");
+    run_ok(
+        std::process::Command::new(tools.join("clang"))
+            .args([
+                "-fopenmp",
+                "-fopenmp-targets=amdgcn-amd-amdhsa",
+                "-Xopenmp-target=amdgcn-amd-amdhsa",
+                "-march=gfx906",
+                "-nogpulib",
+            ])
+            .arg(format!("-I{}", workspace().join("ffi/include").display()))
+            .arg(program("omp_wrapper.c"))
+            .arg(format!("-L{}", shim.display()))
+            .arg(format!("-Wl,-rpath,{}", shim.display()))
+            .arg("-o")
+            .arg(&exe),
+    );
+
+    // The probe, from the file.
+    let out = run_ok(
+        std::process::Command::new(&probe)
+            .arg(&exe)
+            .args(["--device", "gfx906", "--json"]),
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &report["objects"][0]["containers"][0];
+    assert_eq!(
+        (c["section"].as_str(), c["format"].as_str()),
+        (Some("__tgt_bin_desc"), Some("descriptor")),
+        "{c}"
+    );
+    let image = &c["images"][0];
+    assert_eq!(
+        image["bundle_id"], "openmp-amdgcn-amd-amdhsa--gfx906",
+        "{c}"
+    );
+    assert_eq!(c["selected"][0]["image"], 0, "{c}");
+    let (offset, size) = (
+        image["offset"].as_u64().unwrap() as usize,
+        image["size"].as_u64().unwrap() as usize,
+    );
+    let bytes = std::fs::read(&exe).unwrap();
+    let code = &bytes[offset..offset + size];
+    // A whole AMDGPU code object (e_machine 224) whose section headers end
+    // where the image ends: e_shoff + e_shnum * e_shentsize == size.
+    assert_eq!(&code[..4], b"\x7fELF");
+    assert_eq!(u16::from_le_bytes([code[18], code[19]]), 224);
+    let shoff = u64::from_le_bytes(code[40..48].try_into().unwrap()) as usize;
+    let shnum = u16::from_le_bytes([code[60], code[61]]) as usize;
+    assert_eq!(shoff + shnum * 64, size);
+
+    // The runtime, from the registration the program's constructor makes.
+    let text = String::from_utf8(
+        run_ok(
+            std::process::Command::new(&exe)
+                .env("OFFLOAD_LOADER_DEVICES", "gfx906")
+                .env_remove("OFFLOAD_LOADER_HSA_LIBRARY"),
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert!(text.contains("x=42 devices=1 libraries=1"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "wrapper device=gfx906 selected=0 image=0 target=gfx906 size={size}"
+        )),
+        "{text}"
+    );
+}

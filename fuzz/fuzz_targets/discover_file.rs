@@ -8,12 +8,22 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use offload_loader::{scan, Container, Limits};
-use offload_loader::discover::file::offload_sections;
+use offload_loader::discover::file::{containers, offload_sections};
 use offload_loader::discover::{SectionRole, OBJECT_BUNDLE_PREFIX};
 use offload_loader::entries::{EntryTable, Layout};
 use offload_loader::registration::{offload_arch_list, FatbinWrapper};
 
 fuzz_target!(|data: &[u8]| {
+    // Everything a file yields, the clang-14 descriptor search included: every
+    // image lies in the file.
+    if let Ok(found) = containers(data, &Limits { max_uncompressed: 1 << 20, ..Limits::default() }) {
+        for c in found.iter().flat_map(|s| s.containers.iter().flatten()) {
+            assert!(c.offset() + c.len() <= data.len() as u64);
+            for i in 0..c.images().len() {
+                let _ = c.image_bytes(i);
+            }
+        }
+    }
     let Ok(sections) = offload_sections(data) else { return };
     let limits = Limits { max_uncompressed: 1 << 20, ..Limits::default() };
     let mut bundle_entries = Vec::new();

@@ -16,7 +16,7 @@ fn package_of(name: &str, version: u32) -> String {
         | "amdgpu-arch"
         | "nvptx-arch"
         | "clang-linker-wrapper" => "tools-",
-        "ld.lld" => return format!("lld-{version}"),
+        "ld.lld" | "lld" => return format!("lld-{version}"),
         _ => return format!("llvm-{version}"),
     };
     format!("clang-{suffix}{version}")

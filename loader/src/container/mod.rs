@@ -46,11 +46,14 @@ pub enum Format {
     /// A relocatable object whose `__CLANG_OFFLOAD_BUNDLE__<id>` sections
     /// are the entries of a bundle.
     ObjectBundle,
+    /// The images of an OpenMP `__tgt_bin_desc` in a linked file of the
+    /// clang-offload-wrapper generation ([`crate::discover`]).
+    Descriptor,
 }
 
 impl Format {
     /// The name used in reports: `bundle`, `compressed-bundle`, `offload-binary`,
-    /// `nv-fatbin`, `object-bundle`.
+    /// `nv-fatbin`, `object-bundle`, `descriptor`.
     pub fn name(self) -> &'static str {
         match self {
             Format::Bundle => "bundle",
@@ -58,6 +61,7 @@ impl Format {
             Format::OffloadBinary => "offload-binary",
             Format::NvFatbin => "nv-fatbin",
             Format::ObjectBundle => "object-bundle",
+            Format::Descriptor => "descriptor",
         }
     }
 
@@ -126,13 +130,13 @@ impl<'a> Container<'a> {
                 let fatbin = NvFatbin::parse(data, limits)?;
                 (fatbin.len(), None, images::from_nv_fatbin(&fatbin))
             }
-            // No magic sniffs as one: object bundles are built from sections.
-            Format::ObjectBundle => {
+            // No magic sniffs as these: they are built from a file's parts.
+            Format::ObjectBundle | Format::Descriptor => {
                 return Err(Error::new(
                     0,
                     ErrorKind::Malformed {
-                        what: "object bundle",
-                        why: "is made from an object's sections, not parsed from bytes",
+                        what: format.name(),
+                        why: "is made from a file's parts, not parsed from bytes",
                     },
                 ))
             }
@@ -181,6 +185,53 @@ impl<'a> Container<'a> {
         Ok(Container {
             offset: start,
             format: Format::ObjectBundle,
+            compression: None,
+            images,
+            limits: *limits,
+            data: &file[start as usize..end as usize],
+            inflated: OnceLock::new(),
+        })
+    }
+
+    /// The images of an OpenMP binary descriptor: `images` are (file offset,
+    /// size, AOMP target ID) of each `__tgt_device_image` within `file`, the
+    /// whole file's bytes; each is named by its own header or offload binary
+    /// ([`from_descriptor_image`]). Offsets stay file offsets; an image
+    /// outside `file` is an error.
+    pub fn from_descriptor(
+        file: &'a [u8],
+        images: &[(u64, u64, Option<String>)],
+        limits: &Limits,
+    ) -> Result<Container<'a>> {
+        if images.len() as u64 > limits.max_entries {
+            return Err(Error::new(
+                0,
+                ErrorKind::TooLarge {
+                    what: "descriptor image count",
+                    value: images.len() as u64,
+                    limit: limits.max_entries,
+                },
+            ));
+        }
+        let mut slices = Vec::with_capacity(images.len());
+        for &(offset, size, _) in images {
+            slices.push(Bytes(file).slice(offset, size, "descriptor device image")?);
+        }
+        let start = images.iter().map(|e| e.0).min().unwrap_or(0);
+        let end = images.iter().map(|e| e.0 + e.1).max().unwrap_or(0);
+        let images = images
+            .iter()
+            .zip(slices)
+            .enumerate()
+            .map(|(index, ((offset, _, name), bytes))| {
+                let mut image = from_descriptor_image(index, bytes, name.as_deref());
+                image.offset += offset - start;
+                image
+            })
+            .collect();
+        Ok(Container {
+            offset: start,
+            format: Format::Descriptor,
             compression: None,
             images,
             limits: *limits,

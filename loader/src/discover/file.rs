@@ -71,32 +71,69 @@ impl MappedFile {
     /// Every container of every container section, with offsets relative to the
     /// file. A broken container is reported in place; the others are still listed.
     pub fn containers(&self, limits: &Limits) -> Result<Vec<SectionContainers<'_>>, FileError> {
-        let sections = self.offload_sections()?;
-        let object_bundles = object_bundles(self.bytes(), &sections, limits);
-        Ok(sections
-            .into_iter()
-            .filter(|s| s.role == SectionRole::Containers)
-            .map(|section| {
-                let start = section.file_offset as usize;
-                let bytes = &self.bytes()[start..start + section.size as usize];
-                let containers = container::scan(bytes, limits)
-                    .into_iter()
-                    .map(|c| {
-                        c.map(|mut c| {
-                            c.rebase(section.file_offset);
-                            c
-                        })
-                        .map_err(|e| e.at(section.file_offset))
-                    })
-                    .collect();
-                SectionContainers {
-                    section,
-                    containers,
-                }
-            })
-            .chain(object_bundles)
-            .collect())
+        containers(self.bytes(), limits).map_err(|kind| FileError {
+            path: self.path.clone(),
+            kind,
+        })
     }
+}
+
+/// Every container of every container section of `data` (a whole file), with
+/// offsets relative to it ([`MappedFile::containers`]).
+pub fn containers<'a>(
+    data: &'a [u8],
+    limits: &Limits,
+) -> Result<Vec<SectionContainers<'a>>, FileErrorKind> {
+    let sections = offload_sections(data)?;
+    let object_bundles = object_bundles(data, &sections, limits);
+    // A linked file of the clang-offload-wrapper generation keeps its
+    // images behind a binary descriptor, not in a container section.
+    let descriptor = if sections.iter().any(|s| s.role == SectionRole::Containers) {
+        None
+    } else {
+        super::descriptor::find(data, limits)
+    };
+    let descriptor = descriptor.map(|found| {
+        let (file_offset, size) = match &found {
+            Ok(c) => (c.offset(), c.len()),
+            Err(e) => (e.offset, 0),
+        };
+        SectionContainers {
+            section: OffloadSection {
+                member: None,
+                name: "__tgt_bin_desc".into(),
+                role: SectionRole::Containers,
+                file_offset,
+                size,
+                address: 0,
+            },
+            containers: vec![found],
+        }
+    });
+    Ok(sections
+        .into_iter()
+        .filter(|s| s.role == SectionRole::Containers)
+        .map(|section| {
+            let start = section.file_offset as usize;
+            let bytes = &data[start..start + section.size as usize];
+            let containers = container::scan(bytes, limits)
+                .into_iter()
+                .map(|c| {
+                    c.map(|mut c| {
+                        c.rebase(section.file_offset);
+                        c
+                    })
+                    .map_err(|e| e.at(section.file_offset))
+                })
+                .collect();
+            SectionContainers {
+                section,
+                containers,
+            }
+        })
+        .chain(object_bundles)
+        .chain(descriptor)
+        .collect())
 }
 
 /// A bundle entry ID with its section's file offset and size.

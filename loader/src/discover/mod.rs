@@ -4,6 +4,7 @@
 //! Only section headers and container headers are read; files are memory-mapped
 //! so the pages of images nobody asks for are never touched.
 
+mod descriptor;
 pub mod file;
 pub mod process;
 
