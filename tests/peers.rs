@@ -255,3 +255,73 @@ fn the_hip_prediction_is_what_comgr_looks_up() {
     // The matrix has devices where best fit and the vendor's rule differ.
     assert!(differs > 0);
 }
+
+/// Generic code objects as clang-22 writes them (code object v6), at generic
+/// version 1 and, with `-mllvm -amdgpu-force-generic-version=2`, version 2:
+/// each runs on every member of its family at either version (ROCr's ISA
+/// registry and clr take any version from the one the member joined at; LLVM
+/// 22 `EF_AMDGPU_GENERIC_VERSION_MAX` is 0xff) and on nothing else.
+#[test]
+fn generic_code_objects_of_every_version_run_on_their_family_only() {
+    let Some(tc) = toolchain() else { return };
+    let families: &[(&str, &[&str], &[&str])] = &[
+        (
+            "gfx9-generic",
+            &["gfx900", "gfx906:xnack-", "gfx90c"],
+            &["gfx908", "gfx90a", "gfx1030"],
+        ),
+        (
+            "gfx10-3-generic",
+            &["gfx1030", "gfx1031", "gfx1036"],
+            &["gfx1010", "gfx1100"],
+        ),
+        (
+            "gfx11-generic",
+            &["gfx1100", "gfx1103", "gfx1151"],
+            &["gfx1030", "gfx1200"],
+        ),
+        (
+            "gfx12-generic",
+            &["gfx1200", "gfx1201"],
+            &["gfx1100", "gfx942"],
+        ),
+    ];
+    for &(generic, members, others) in families {
+        for version in [1u8, 2] {
+            let mut recipe = CodeObject::new(generic);
+            if version == 2 {
+                recipe = recipe.arg("-mllvm").arg("-amdgpu-force-generic-version=2");
+            }
+            let code = std::fs::read(tc.build(recipe)).unwrap();
+            let all = bundle(&[(id(generic), code)]);
+            let container = Container::parse(&all, &Limits::default()).unwrap();
+            let header =
+                offload_loader_workspace::loader::ImageSource::read_content(&container, 1).unwrap();
+            assert_eq!(header.generic_version, Some(version), "{generic}");
+            for device in members {
+                let s = select(
+                    &DeviceTarget::parse(device).unwrap(),
+                    &container,
+                    &Policy::default(),
+                );
+                assert_eq!(s.chosen, Some(1), "{generic} v{version} on {device}: {s:?}");
+            }
+            for device in others {
+                let s = select(
+                    &DeviceTarget::parse(device).unwrap(),
+                    &container,
+                    &Policy::default(),
+                );
+                assert_eq!(s.chosen, None, "{generic} v{version} on {device}");
+                assert!(
+                    s.rejected[1]
+                        .1
+                        .to_string()
+                        .contains("which is not in that family"),
+                    "{:?}",
+                    s.rejected[1]
+                );
+            }
+        }
+    }
+}
