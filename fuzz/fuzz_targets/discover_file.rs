@@ -39,6 +39,10 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
             }
+            SectionRole::Image => {
+                let c = Container::from_image(bytes, &limits).expect("a section of role Image is an image");
+                assert_eq!(c.image_bytes(0).unwrap().len(), bytes.len());
+            }
             SectionRole::BundleEntry => {
                 let id = s.name.strip_prefix(OBJECT_BUNDLE_PREFIX).expect("named as a bundle entry");
                 bundle_entries.push((id, s.file_offset, s.size));

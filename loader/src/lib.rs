@@ -31,7 +31,7 @@
 //! | `read`, [`error`], [`limits`], [`magic`] | checked little-endian reads; the one error type; bounds on untrusted input; the one table of magic numbers |
 //! | [`target`] | target IDs, the AMDGPU processor table, NVIDIA archs, triples, offload kinds |
 //! | [`image`] | the image model ([`Image`], [`Content`], [`CodeKind`]) and the readers of an image's own header (AMDGPU code objects, cubins, PTX) |
-//! | [`bundle`], [`compressed`], [`offload_binary`], [`nv_fatbin`], [`entries`], [`registration`] | one format each; each returns its own records |
+//! | [`bundle`], [`text_bundle`], [`compressed`], [`offload_binary`], [`nv_fatbin`], [`entries`], [`registration`] | one format each; each returns its own records |
 //! | [`select`] | which image a device runs, ranked, with a reason per rejection |
 //! | [`container`] | one section's bytes → containers → [`Image`]s; a [`Container`] is an [`ImageSource`] |
 //! | [`discover`] | offload sections in files and in the running process |
@@ -53,6 +53,7 @@ mod read;
 pub mod registration;
 pub mod select;
 pub mod target;
+pub mod text_bundle;
 
 pub use container::{scan, Container, Format, Scope};
 pub use discover::file::{MappedFile, SectionContainers};

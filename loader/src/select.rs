@@ -518,6 +518,9 @@ fn check_content(
         match kind {
             Some(CodeKind::Bitcode) => return Err(Rejection::NotLoadable("LLVM bitcode")),
             Some(CodeKind::SpirV) => return Err(Rejection::NotLoadable("SPIR-V")),
+            Some(CodeKind::Text) => {
+                return Err(Rejection::NotLoadable("text (assembly, LLVM IR or source)"))
+            }
             _ => {}
         }
     }

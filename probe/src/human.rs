@@ -47,7 +47,58 @@ pub fn render(report: &Report, verbose: bool) -> String {
             render_group(&mut out, report, &group, verbose);
         }
     }
+    render_coverage(&mut out, report);
     out
+}
+
+/// Per device, the files with code of its vendor that have no image for it:
+/// printed when more than one file was inspected.
+fn render_coverage(out: &mut String, report: &Report) {
+    if report.objects.len() < 2 {
+        return;
+    }
+    let mut wrote = false;
+    for row in &report.coverage {
+        let device = &report.devices[row.device];
+        let total = row.objects_with_image + row.objects_without_image.len();
+        if total == 0 {
+            continue;
+        }
+        if !wrote {
+            out.push_str("\ncoverage:\n");
+            wrote = true;
+        }
+        let vendor = device.vendor.to_uppercase();
+        if row.objects_without_image.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {}: all {total} files with {vendor} GPU code have an image",
+                device.target_id
+            );
+            continue;
+        }
+        const SHOWN: usize = 10;
+        let mut names: Vec<&str> = row
+            .objects_without_image
+            .iter()
+            .take(SHOWN)
+            .map(String::as_str)
+            .collect();
+        let more = row.objects_without_image.len().saturating_sub(SHOWN);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        names.dedup();
+        let _ = writeln!(
+            out,
+            "  {}: {} of {total} files with {vendor} GPU code have no image: {}{more}",
+            device.target_id,
+            row.objects_without_image.len(),
+            names.join(", ")
+        );
+    }
 }
 
 /// Section, format and image IDs: what containers of one group share.

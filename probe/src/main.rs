@@ -5,12 +5,15 @@ mod devices;
 mod human;
 mod inputs;
 mod report;
+mod walk;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use offload_loader::{ImageSource, Limits, Scope, Selection};
+use rayon::prelude::*;
 
 /// Which GPU image would load on this machine, and why not the others.
 #[derive(Parser, Debug)]
@@ -20,6 +23,7 @@ use offload_loader::{ImageSource, Limits, Scope, Selection};
   offload-probe                                   list the GPUs found here
   offload-probe /usr/lib/x86_64-linux-gnu/librocsparse.so.0 --device gfx90a:sramecc+:xnack-
   offload-probe ./app --deps -v                   the app and every library it loads
+  offload-probe /opt/rocm venv/ --device gfx1100  every file with GPU code, and which lack gfx1100
   offload-probe --pid 1234 --json                 the objects a running process has loaded
   offload-probe lib.so --device sm_90 --extract out/   write the image each device would load
 
@@ -29,8 +33,9 @@ EXIT STATUS:
   2  usage or input error (the report is still printed)"
 )]
 struct Args {
-    /// ELF executables, shared objects, objects, static archives, or raw
-    /// bundle / CCOB / offload-binary files.
+    /// ELF executables, shared objects, objects, static archives, raw
+    /// bundle / CCOB / offload-binary / fat-binary / text-bundle files, code
+    /// objects, cubins, PTX; or directories, walked for every such file.
     paths: Vec<PathBuf>,
     /// Also inspect the shared libraries the files load, resolved as the dynamic loader would.
     #[arg(long)]
@@ -66,46 +71,92 @@ fn main() -> ExitCode {
         eprintln!("offload-probe: {e}");
         return ExitCode::from(2);
     }
-    let mut paths = args.paths.clone();
-    let mut skip_plain = false;
+    let found = walk::expand(&args.paths);
+    let mut inputs = found.inputs;
     if let Some(pid) = args.pid {
         match inputs::process_objects(pid) {
-            Ok(p) => paths.extend(p),
+            Ok(p) => inputs.extend(p.into_iter().map(|path| walk::Input {
+                path,
+                explicit: false,
+            })),
             Err(e) => {
                 eprintln!("offload-probe: process {pid}: {e}");
                 return ExitCode::from(2);
             }
         }
-        skip_plain = true;
     }
     if args.deps {
-        paths = inputs::with_dependencies(&paths);
-        skip_plain = true;
+        let paths: Vec<PathBuf> = inputs.iter().map(|i| i.path.clone()).collect();
+        let explicit: Vec<PathBuf> = inputs
+            .iter()
+            .filter(|i| i.explicit)
+            .map(|i| i.path.clone())
+            .collect();
+        inputs = inputs::with_dependencies(&paths)
+            .into_iter()
+            .map(|path| walk::Input {
+                explicit: explicit.contains(&path),
+                path,
+            })
+            .collect();
     }
     let limits = Limits::default();
+    // A progress bar on a terminal for directory scans; never in JSON or
+    // when stderr is not a terminal.
+    let progress = if found.walked
+        && !args.json
+        && std::io::IsTerminal::is_terminal(&std::io::stderr())
+    {
+        let bar =
+            ProgressBar::with_draw_target(Some(inputs.len() as u64), ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} files, {msg}") {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    // Files are inspected in parallel, each mapped and released in turn:
+    // memory holds the reports of files with GPU code, not the files.
+    let results: Vec<(report::ObjectReport, Vec<String>)> = inputs
+        .par_iter()
+        .map(|input| {
+            let mut errors = Vec::new();
+            let object = report::inspect(&input.path, &devices, &limits, |c, s| {
+                if let Some(dir) = &args.extract {
+                    if let Err(e) = extract(dir, &input.path, c, s, args.all) {
+                        errors.push(e);
+                    }
+                }
+            });
+            progress.inc(1);
+            (object, errors)
+        })
+        .collect();
+    progress.finish_and_clear();
     let mut extract_errors = Vec::new();
     let mut objects = Vec::new();
-    for path in &paths {
-        let object = report::inspect(path, &devices, &limits, |c, s| {
-            if let Some(dir) = &args.extract {
-                if let Err(e) = extract(dir, path, c, s, args.all) {
-                    extract_errors.push(e);
-                }
-            }
-        });
-        // With --deps/--pid, objects without offload code are left out
-        // (shared libraries, and mapped files that are not ELF at all).
+    for (path, e) in found.errors {
+        objects.push(report::ObjectReport::failed(&path, e));
+    }
+    for (input, (object, errors)) in inputs.iter().zip(results) {
+        extract_errors.extend(errors);
+        // Files found in directories, by --deps or --pid are left out when
+        // they hold no offload code (and are not even ELF or a container,
+        // or not regular files); named files are always reported.
         let plain =
             object.containers.is_empty() && (object.error.is_none() || object.not_offload_format);
-        if skip_plain && plain && !args.paths.contains(path) {
+        if plain && !input.explicit {
             continue;
         }
         objects.push(object);
     }
+    let coverage = report::coverage(&devices, &objects);
     let report = report::Report {
         devices,
         backends,
         objects,
+        coverage,
     };
     let text = if args.json {
         serde_json::to_string_pretty(&report).map(|j| j + "\n")

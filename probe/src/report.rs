@@ -53,6 +53,73 @@ pub struct Report {
     pub devices: Vec<DeviceRow>,
     pub backends: Vec<BackendRow>,
     pub objects: Vec<ObjectReport>,
+    /// Per device: which files with GPU code of its vendor have an image for it.
+    pub coverage: Vec<CoverageRow>,
+}
+
+/// How many of the files with code for a device's kind of GPU serve it.
+#[derive(Debug, Serialize)]
+pub struct CoverageRow {
+    /// Index into `devices`.
+    pub device: usize,
+    /// Files in which every container with code of the device's vendor has an image for it.
+    pub objects_with_image: usize,
+    /// The others, by path.
+    pub objects_without_image: Vec<String>,
+}
+
+/// Whether container `c` holds code of `device`'s vendor.
+pub fn targets_vendor(c: &ContainerReport, device: &DeviceRow) -> bool {
+    c.images.iter().any(|i| {
+        offload_loader::target::Triple::parse(&i.triple)
+            .gpu_vendor()
+            .is_some_and(|v| v.to_string() == device.vendor)
+    })
+}
+
+/// Coverage of `objects` for each of `devices`: a file serves a device when
+/// each of its selection scopes with code of the device's vendor has an image
+/// for it (the exit status's rule, per file).
+pub fn coverage(devices: &[DeviceRow], objects: &[ObjectReport]) -> Vec<CoverageRow> {
+    devices
+        .iter()
+        .enumerate()
+        .map(|(d, device)| {
+            let mut row = CoverageRow {
+                device: d,
+                objects_with_image: 0,
+                objects_without_image: Vec::new(),
+            };
+            for o in objects {
+                let mine: Vec<&ContainerReport> = o
+                    .containers
+                    .iter()
+                    .filter(|c| c.error.is_none() && targets_vendor(c, device))
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                if mine.iter().all(|c| c.selected[d].image.is_some()) {
+                    row.objects_with_image += 1;
+                } else {
+                    row.objects_without_image.push(o.path.clone());
+                }
+            }
+            row
+        })
+        .collect()
+}
+
+impl ObjectReport {
+    /// A path that could not be read at all (a directory the walk could not list).
+    pub fn failed(path: &Path, error: String) -> ObjectReport {
+        ObjectReport {
+            path: path.display().to_string(),
+            not_offload_format: false,
+            error: Some(format!("{}: {error}", path.display())),
+            containers: Vec::new(),
+        }
+    }
 }
 
 /// One inspected file.
@@ -180,7 +247,10 @@ pub fn inspect(
     let sections = match file.containers(limits) {
         Ok(s) => s,
         Err(e) => {
-            report.not_offload_format = matches!(e.kind, FileErrorKind::Unrecognised);
+            report.not_offload_format = matches!(
+                e.kind,
+                FileErrorKind::Unrecognised | FileErrorKind::NotRegular(_)
+            );
             report.error = Some(e.to_string());
             return report;
         }

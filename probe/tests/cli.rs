@@ -238,3 +238,90 @@ fn openmp_programs_select_across_their_offload_binaries() {
     );
     assert!(!text.contains("no compatible image"), "{text}");
 }
+
+/// A whole installation in one command: a tree holding Debian's rocSPARSE
+/// (through a link), a clang-22 HIP shared library, a raw code object, a
+/// text bundle, a plain file, a dangling link, a link back up the tree and
+/// a named pipe. Every file with GPU code is listed, nothing hangs or loops,
+/// and coverage names the files without an image per device.
+#[test]
+fn directories_are_walked_with_coverage_per_device() {
+    let (Some(tc), Some(rocsparse)) = (support::toolchain(), support::rocsparse()) else {
+        return;
+    };
+    let lib = tc.build(support::Hip::new(&["gfx90a:xnack-", "gfx1100"]).shared_library());
+    let co = tc.build(support::CodeObject::new("gfx1100"));
+    let root = support::scratch("walk");
+    let _ = std::fs::remove_dir_all(&root);
+    let tree = root.join("venv/lib/site-packages");
+    std::fs::create_dir_all(tree.join("rocm/lib")).unwrap();
+    std::fs::create_dir_all(tree.join("pkg/kernels")).unwrap();
+    std::os::unix::fs::symlink(&rocsparse, tree.join("rocm/lib/librocsparse.so.0")).unwrap();
+    std::os::unix::fs::symlink("librocsparse.so.0", tree.join("rocm/lib/librocsparse.so")).unwrap();
+    std::fs::copy(&lib, tree.join("pkg/libkernels.so")).unwrap();
+    std::fs::copy(&co, tree.join("pkg/kernels/gfx1100.co")).unwrap();
+    let text = "\n# __CLANG_OFFLOAD_BUNDLE____START__ hip-amdgcn-amd-amdhsa--gfx1100\n\t.text\n\n# __CLANG_OFFLOAD_BUNDLE____END__ hip-amdgcn-amd-amdhsa--gfx1100\n";
+    std::fs::write(tree.join("pkg/kernels/k.s"), text).unwrap();
+    std::fs::write(tree.join("pkg/__init__.py"), "").unwrap();
+    std::os::unix::fs::symlink("missing.so", tree.join("pkg/dangling.so")).unwrap();
+    std::os::unix::fs::symlink("../..", tree.join("pkg/kernels/loop")).unwrap();
+    let fifo = std::ffi::CString::new(tree.join("pkg/pipe").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path and a mode.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+
+    let dir = root.join("venv");
+    let args = ["--device", "gfx90a:sramecc+:xnack-", "--device", "gfx1100"];
+    let out = probe(&[&[dir.to_str().unwrap(), "--json"][..], &args].concat());
+    // gfx1100 has no image in rocSPARSE, and the text bundle holds no
+    // loadable code: exit 1, not 2 (nothing unreadable) and no hang.
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&out);
+    let paths: Vec<String> = report["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let p = o["path"].as_str().unwrap();
+            p.strip_prefix(dir.to_str().unwrap()).unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/lib/site-packages/pkg/kernels/gfx1100.co",
+            "/lib/site-packages/pkg/kernels/k.s",
+            "/lib/site-packages/pkg/libkernels.so",
+            // One of the two names of the one file, the first in order.
+            "/lib/site-packages/rocm/lib/librocsparse.so",
+        ]
+    );
+    let coverage = &report["coverage"];
+    assert_eq!(coverage[0]["device"], 0);
+    assert_eq!(coverage[0]["objects_with_image"], 2, "{coverage}");
+    let without = |d: usize| -> Vec<String> {
+        coverage[d]["objects_without_image"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap().rsplit('/').next().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(without(0), ["gfx1100.co", "k.s"]);
+    assert_eq!(without(1), ["k.s", "librocsparse.so"]);
+    // The human report ends with the same coverage.
+    let text = probe(&[&[dir.to_str().unwrap()][..], &args].concat());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("gfx1100: 2 of 4 files with AMD GPU code have no image:"),
+        "{text}"
+    );
+    // A pipe named on the command line is refused, not opened.
+    let out = probe(&[tree.join("pkg/pipe").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("is a named pipe, not a regular file"));
+}

@@ -24,13 +24,15 @@ pub use scope::Scope;
 use crate::bundle::Bundle;
 use crate::compressed::CompressedBundle;
 use crate::error::{Error, ErrorKind, Result};
-use crate::image::{Content, Image};
+use crate::image::{CodeKind, Content, Image};
 use crate::limits::Limits;
 use crate::magic::{self, Magic};
 use crate::nv_fatbin::NvFatbin;
 use crate::offload_binary::OffloadBinary;
 use crate::read::Bytes;
 use crate::select::ImageSource;
+use crate::text_bundle;
+use crate::text_bundle::TextBundle;
 
 /// The kind of container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -49,11 +51,16 @@ pub enum Format {
     /// The images of an OpenMP `__tgt_bin_desc` in a linked file of the
     /// clang-offload-wrapper generation ([`crate::discover`]).
     Descriptor,
+    /// A text offload bundle (`clang -S`, [`crate::text_bundle`]).
+    TextBundle,
+    /// One image on its own: an AMDGPU code object (`.co`, `.hsaco`), a
+    /// cubin or PTX file, named by its own header.
+    Image,
 }
 
 impl Format {
     /// The name used in reports: `bundle`, `compressed-bundle`, `offload-binary`,
-    /// `nv-fatbin`, `object-bundle`, `descriptor`.
+    /// `nv-fatbin`, `object-bundle`, `descriptor`, `text-bundle`, `image`.
     pub fn name(self) -> &'static str {
         match self {
             Format::Bundle => "bundle",
@@ -62,11 +69,17 @@ impl Format {
             Format::NvFatbin => "nv-fatbin",
             Format::ObjectBundle => "object-bundle",
             Format::Descriptor => "descriptor",
+            Format::TextBundle => "text-bundle",
+            Format::Image => "image",
         }
     }
 
-    /// The format whose magic `data` starts with ([`crate::magic`]).
+    /// The format whose magic `data` starts with ([`crate::magic`]), or a
+    /// text bundle's first line.
     pub fn sniff(data: &[u8]) -> Option<Format> {
+        if text_bundle::sniff(data).is_some() {
+            return Some(Format::TextBundle);
+        }
         match magic::sniff(data)? {
             Magic::Bundle => Some(Format::Bundle),
             Magic::CompressedBundle => Some(Format::CompressedBundle),
@@ -130,8 +143,17 @@ impl<'a> Container<'a> {
                 let fatbin = NvFatbin::parse(data, limits)?;
                 (fatbin.len(), None, images::from_nv_fatbin(&fatbin))
             }
+            Format::TextBundle => {
+                let text = TextBundle::parse(data, limits)?;
+                let entries = text.entries().iter().map(|e| (e.id, e.offset, e.size));
+                let mut images = images::from_bundle(entries, false);
+                for image in &mut images {
+                    image.declared = Some(CodeKind::Text);
+                }
+                (data.len() as u64, None, images)
+            }
             // No magic sniffs as these: they are built from a file's parts.
-            Format::ObjectBundle | Format::Descriptor => {
+            Format::ObjectBundle | Format::Descriptor | Format::Image => {
                 return Err(Error::new(
                     0,
                     ErrorKind::Malformed {
@@ -236,6 +258,38 @@ impl<'a> Container<'a> {
             images,
             limits: *limits,
             data: &file[start as usize..end as usize],
+            inflated: OnceLock::new(),
+        })
+    }
+
+    /// The container of one image file: an AMDGPU code object, a cubin or PTX
+    /// text, named by its own header as the ISA name the runtimes print
+    /// (`amdgcn-amd-amdhsa--gfx90a:xnack-`, `nvptx64-nvidia-cuda--sm_90a`).
+    /// `None` for any other bytes.
+    pub fn from_image(data: &'a [u8], limits: &Limits) -> Option<Container<'a>> {
+        let content = Content::read(data);
+        let triple = match content.code {
+            CodeKind::AmdgpuElf => "amdgcn-amd-amdhsa",
+            CodeKind::Cubin | CodeKind::Ptx => "nvptx64-nvidia-cuda",
+            _ => return None,
+        };
+        let triple = crate::target::Triple::parse(triple);
+        let arch = content.arch.clone().unwrap_or(crate::target::Arch::None);
+        let id = format!(
+            "{}-{}-{}-{}-{arch}",
+            triple.arch, triple.vendor, triple.os, triple.env
+        );
+        let mut image = Image::new(0, id, crate::target::OffloadKind::None, triple, arch);
+        image.declared = Some(content.code);
+        image.size = data.len() as u64;
+        image.content = Some(content);
+        Some(Container {
+            offset: 0,
+            format: Format::Image,
+            compression: None,
+            images: vec![image],
+            limits: *limits,
+            data,
             inflated: OnceLock::new(),
         })
     }
@@ -375,6 +429,10 @@ fn compressed_images(ccob: &CompressedBundle<'_>, limits: &Limits) -> Result<Vec
 /// start of a container's table. Zero padding between containers is skipped;
 /// other unrecognised bytes are reported once per gap.
 pub fn scan<'a>(section: &'a [u8], limits: &Limits) -> Vec<Result<Container<'a>>> {
+    // A text bundle is a whole file: it has no magic to resynchronise on.
+    if text_bundle::sniff(section).is_some() {
+        return vec![Container::parse(section, limits)];
+    }
     let mut out = Vec::new();
     let mut pos = 0usize;
     // After a broken container, the bytes up to the next magic are its own,

@@ -14,6 +14,7 @@ use super::{
     OBJECT_BUNDLE_PREFIX, REGISTRATION_SECTIONS, SHT_LLVM_OFFLOADING,
 };
 use crate::container::{self, Container, Format, Scope};
+use crate::image::CodeKind;
 use crate::limits::Limits;
 
 /// A file mapped read-only into memory.
@@ -30,6 +31,15 @@ impl MappedFile {
             path: path.clone(),
             kind: FileErrorKind::Io(e),
         };
+        // Only regular files are opened (following symbolic links): opening
+        // a named pipe blocks until a writer comes.
+        let kind = std::fs::metadata(&path).map_err(io)?.file_type();
+        if !kind.is_file() {
+            return Err(FileError {
+                path,
+                kind: FileErrorKind::NotRegular(file_type_name(kind)),
+            });
+        }
         let file = File::open(&path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         let map = if len == 0 {
@@ -112,11 +122,19 @@ pub fn containers<'a>(
     });
     Ok(sections
         .into_iter()
-        .filter(|s| s.role == SectionRole::Containers)
+        .filter(|s| matches!(s.role, SectionRole::Containers | SectionRole::Image))
         .map(|section| {
             let start = section.file_offset as usize;
             let bytes = &data[start..start + section.size as usize];
-            let containers = container::scan(bytes, limits)
+            let containers = if section.role == SectionRole::Image {
+                Container::from_image(bytes, limits)
+                    .map(Ok)
+                    .into_iter()
+                    .collect()
+            } else {
+                container::scan(bytes, limits)
+            };
+            let containers = containers
                 .into_iter()
                 .map(|c| {
                     c.map(|mut c| {
@@ -134,6 +152,22 @@ pub fn containers<'a>(
         .chain(object_bundles)
         .chain(descriptor)
         .collect())
+}
+
+/// What a file that is not a regular one is.
+fn file_type_name(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "directory"
+    } else if kind.is_fifo() {
+        "named pipe"
+    } else if kind.is_socket() {
+        "socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "device"
+    } else {
+        "special file"
+    }
 }
 
 /// A bundle entry ID with its section's file offset and size.
@@ -223,15 +257,8 @@ impl<'a> SectionContainers<'a> {
 
 /// Every offload section in `data` (a whole file), in file order.
 pub fn offload_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKind> {
-    if let Some(format) = Format::sniff(data) {
-        return Ok(vec![OffloadSection {
-            member: None,
-            name: format.name().into(),
-            role: SectionRole::Containers,
-            file_offset: 0,
-            size: data.len() as u64,
-            address: 0,
-        }]);
+    if let Some(section) = whole(data, 0, None) {
+        return Ok(vec![section]);
     }
     match FileKind::parse(data) {
         Ok(FileKind::Elf64) => elf_sections(data, 0, None),
@@ -302,6 +329,29 @@ fn elf_sections(
     Ok(out)
 }
 
+/// The section that is the whole of `data` (at `offset` in the file): a raw
+/// container (by its magic, or a text bundle's first line), or one GPU image
+/// (an AMDGPU code object, a cubin, PTX text).
+fn whole(data: &[u8], offset: u64, member: Option<&str>) -> Option<OffloadSection> {
+    let (name, role) = match Format::sniff(data) {
+        Some(format) => (format.name(), SectionRole::Containers),
+        None => match CodeKind::sniff(data) {
+            kind @ (CodeKind::AmdgpuElf | CodeKind::Cubin | CodeKind::Ptx) => {
+                (kind.name(), SectionRole::Image)
+            }
+            _ => return None,
+        },
+    };
+    Some(OffloadSection {
+        member: member.map(Into::into),
+        name: name.into(),
+        role,
+        file_offset: offset,
+        size: data.len() as u64,
+        address: 0,
+    })
+}
+
 /// The offload sections of every member of an `ar` archive: ELF members by
 /// section, container members (device archives) whole.
 fn archive_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKind> {
@@ -310,17 +360,10 @@ fn archive_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKind> {
     for member in archive.members() {
         let member = member.map_err(object_error(0))?;
         let name = String::from_utf8_lossy(member.name()).into_owned();
-        let (offset, size) = member.file_range();
+        let (offset, _) = member.file_range();
         let bytes = member.data(data).map_err(object_error(offset))?;
-        if let Some(format) = Format::sniff(bytes) {
-            out.push(OffloadSection {
-                member: Some(name),
-                name: format.name().into(),
-                role: SectionRole::Containers,
-                file_offset: offset,
-                size,
-                address: 0,
-            });
+        if let Some(section) = whole(bytes, offset, Some(&name)) {
+            out.push(section);
         } else if let Ok(FileKind::Elf64) = FileKind::parse(bytes) {
             out.extend(elf_sections(bytes, offset, Some(&name))?);
         }

@@ -47,6 +47,9 @@ pub enum SectionRole {
     BundleEntry,
     /// Registration structures (wrappers, entry tables, arch list).
     Registration,
+    /// One GPU image on its own (a whole file or archive member): an AMDGPU
+    /// code object, a cubin, PTX text.
+    Image,
 }
 
 /// A section (or a whole raw file) that holds offload data.
@@ -91,6 +94,9 @@ pub enum FileErrorKind {
     Format(crate::error::Error),
     /// It is not an ELF file, an archive or an offload container.
     Unrecognised,
+    /// It is not a regular file (a directory, pipe, socket or device), so it
+    /// is not opened: opening a pipe would wait for a writer.
+    NotRegular(&'static str),
 }
 
 impl fmt::Display for FileError {
@@ -106,6 +112,7 @@ impl fmt::Display for FileError {
                 f,
                 "{path}: not an ELF file, an archive or an offload container"
             ),
+            FileErrorKind::NotRegular(what) => write!(f, "{path}: is a {what}, not a regular file"),
         }
     }
 }

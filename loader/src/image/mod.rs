@@ -41,6 +41,9 @@ pub enum CodeKind {
     SpirV,
     /// An NVIDIA fat binary.
     NvFatbin,
+    /// Text (assembly, LLVM IR, preprocessed source) from a text offload
+    /// bundle: must be compiled first, cannot be loaded.
+    Text,
     /// A clang offload bundle, plain or compressed, or an LLVM offload binary:
     /// a container, not code a driver loads.
     Container,
@@ -53,7 +56,7 @@ pub enum CodeKind {
 
 impl CodeKind {
     /// The name used in reports: `amdgpu-elf`, `cubin`, `elf`, `ptx`,
-    /// `llvm-bitcode`, `spir-v`, `nv-fatbin`, `container`, `empty`, `unknown`.
+    /// `llvm-bitcode`, `spir-v`, `nv-fatbin`, `text`, `container`, `empty`, `unknown`.
     pub fn name(self) -> &'static str {
         match self {
             CodeKind::AmdgpuElf => "amdgpu-elf",
@@ -63,6 +66,7 @@ impl CodeKind {
             CodeKind::Bitcode => "llvm-bitcode",
             CodeKind::SpirV => "spir-v",
             CodeKind::NvFatbin => "nv-fatbin",
+            CodeKind::Text => "text",
             CodeKind::Container => "container",
             CodeKind::Empty => "empty",
             CodeKind::Unknown => "unknown",
