@@ -11,6 +11,7 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::process::Command;
 
 use offload_loader_workspace::loader::compressed::Method;
 use offload_loader_workspace::loader::container::{self, Container, Format};
@@ -892,4 +893,64 @@ fn concurrent_builds_share_one_artefact() {
     });
     assert!(paths.windows(2).all(|w| w[0] == w[1]));
     assert!(std::fs::read(&paths[0]).unwrap().starts_with(ELF_MAGIC));
+}
+
+/// Text bundles as clang-22 writes them with `-S` (assembly, `#` comments)
+/// and `-S -emit-llvm` (LLVM IR, `;` comments): the same IDs as
+/// `clang-offload-bundler -list -type=s/ll` and, for every entry, the bytes
+/// `-unbundle` writes.
+#[test]
+fn text_bundles_match_the_bundler() {
+    let Some(tc) = toolchain() else { return };
+    let dir = scratch("text-bundles");
+    for (kind, extra) in [("s", &[][..]), ("ll", &["-emit-llvm"][..])] {
+        let out = dir.join(format!("kernels.{kind}"));
+        run_ok(
+            Command::new(&tc.clang)
+                .args(["-x", "hip", "-nogpulib", "-nogpuinc", "-S"])
+                .args(extra)
+                .args(["--offload-arch=gfx90a:xnack-", "--offload-arch=gfx1100"])
+                .arg(format!("-I{}", fixtures_dir().display()))
+                .arg(fixture("kernels.hip"))
+                .arg("-o")
+                .arg(&out),
+        );
+        let data = std::fs::read(&out).unwrap();
+        let c = Container::parse(&data, &Limits::default()).unwrap();
+        assert_eq!(c.format(), Format::TextBundle);
+        let ours: Vec<&str> = c.images().iter().map(|i| i.id.as_str()).collect();
+        let listed = run_ok(
+            Command::new(&tc.bundler)
+                .args(["-list", &format!("-type={kind}")])
+                .arg(format!("-input={}", out.display())),
+        );
+        let theirs: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(String::from)
+            .collect();
+        assert_eq!(ours, theirs, "{kind}");
+        assert_eq!(ours.len(), 3);
+        for (i, id) in ours.iter().enumerate() {
+            let target = dir.join(format!("entry-{kind}-{i}"));
+            run_ok(
+                Command::new(&tc.bundler)
+                    .args(["-unbundle", &format!("-type={kind}")])
+                    .arg(format!("-targets={id}"))
+                    .arg(format!("-input={}", out.display()))
+                    .arg(format!("-output={}", target.display())),
+            );
+            assert_eq!(
+                c.image_bytes(i).unwrap().as_ref(),
+                std::fs::read(&target).unwrap().as_slice(),
+                "{kind} {id}"
+            );
+        }
+        // Text is listed, never chosen.
+        let s = select(
+            &DeviceTarget::parse("gfx1100").unwrap(),
+            &c,
+            &Policy::default(),
+        );
+        assert_eq!(s.chosen, None);
+    }
 }

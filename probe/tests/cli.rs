@@ -325,3 +325,133 @@ fn directories_are_walked_with_coverage_per_device() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("is a named pipe, not a regular file"));
 }
+
+/// A ROCm 7 install from PyPI (`cupy-rocm-7-0`, uncompressed bundles with
+/// gfx950 and gfx1201) unpacked as a virtual environment holds it, with a
+/// link to a library, a link loop, a named pipe and a file the probe cannot
+/// read. The probe, run as an unprivileged user, lists exactly the files
+/// that have a `.hip_fatbin` (GNU readelf), each as `roc-obj-ls` lists it,
+/// reports the unreadable file and goes on.
+#[test]
+fn a_pypi_rocm_installation() {
+    let Some(venv) = support::unpacked_wheel("cupy_rocm_7_0-14.2.0-", "cupy-rocm-7-0==14.2.0")
+    else {
+        return;
+    };
+    let site = venv.join("lib/python3/site-packages");
+    let extra = venv.join("extra");
+    let _ = std::fs::remove_dir_all(&extra);
+    std::fs::create_dir_all(&extra).unwrap();
+    let cub = site.join("cupy/cuda/cub.cpython-311-x86_64-linux-gnu.so");
+    std::os::unix::fs::symlink(&cub, extra.join("libcub.so")).unwrap();
+    std::os::unix::fs::symlink("..", extra.join("loop")).unwrap();
+    let fifo = std::ffi::CString::new(extra.join("pipe").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path and a mode.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let unreadable = extra.join("unreadable.so");
+    std::fs::copy(&cub, &unreadable).unwrap();
+    std::fs::set_permissions(
+        &unreadable,
+        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+    )
+    .unwrap();
+
+    // As root every file is readable: run the probe as nobody, as a user would.
+    let probe = env!("CARGO_BIN_EXE_offload-probe");
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", probe]);
+        c
+    } else {
+        Command::new(probe)
+    };
+    let out = cmd
+        .arg(&venv)
+        .args(["--json", "--device", "gfx950", "--device", "gfx1201"])
+        .env_remove("OFFLOAD_LOADER_DEVICES")
+        .output()
+        .unwrap();
+    // The unreadable file is an input error (exit 2); the rest is reported.
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&out);
+    let objects = report["objects"].as_array().unwrap();
+    let failed: Vec<&serde_json::Value> =
+        objects.iter().filter(|o| o["error"].is_string()).collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("unreadable.so: Permission denied"));
+
+    // The files with GPU code are those GNU readelf shows a .hip_fatbin in,
+    // each once (the link to cub's library is one of its names).
+    let mut ours: Vec<String> = objects
+        .iter()
+        .filter(|o| o["error"].is_null())
+        .map(|o| {
+            let path = std::fs::canonicalize(o["path"].as_str().unwrap()).unwrap();
+            path.display().to_string()
+        })
+        .collect();
+    ours.sort();
+    let mut theirs = Vec::new();
+    let mut stack = vec![site.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.to_str().unwrap().contains(".so") {
+                let sections = Command::new("readelf")
+                    .arg("-SW")
+                    .arg(&path)
+                    .output()
+                    .unwrap();
+                if String::from_utf8_lossy(&sections.stdout).contains(".hip_fatbin") {
+                    theirs.push(std::fs::canonicalize(&path).unwrap().display().to_string());
+                }
+            }
+        }
+    }
+    theirs.sort();
+    assert!(!theirs.is_empty());
+    assert_eq!(ours, theirs);
+
+    // Each listed exactly as roc-obj-ls lists it.
+    for object in objects.iter().filter(|o| o["error"].is_null()) {
+        let path = std::path::Path::new(object["path"].as_str().unwrap());
+        let Some(reference) = support::roc_obj_ls(path) else {
+            return;
+        };
+        let theirs: Vec<(String, String)> = reference
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.id, e.uri))
+            .collect();
+        let ours: Vec<(String, String)> = object["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c["images"].as_array().unwrap())
+            .map(|i| {
+                (
+                    i["bundle_id"].as_str().unwrap().into(),
+                    i["uri"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        assert_eq!(ours, theirs, "{}", path.display());
+    }
+    // Coverage: gfx950 and gfx1201 are served by every file.
+    for d in 0..2 {
+        assert_eq!(
+            report["coverage"][d]["objects_without_image"],
+            serde_json::json!([])
+        );
+    }
+}

@@ -146,3 +146,50 @@ pub fn system_tool(name: &str, package: &str) -> Option<PathBuf> {
     }
     found
 }
+
+/// The directory `.ci/run` downloads PyPI wheels into:
+/// `$OFFLOAD_LOADER_WHEELS`, else `~/.cache/offload-loader/wheels`.
+pub fn wheel_dir() -> PathBuf {
+    std::env::var_os("OFFLOAD_LOADER_WHEELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+            PathBuf::from(home).join(".cache/offload-loader/wheels")
+        })
+}
+
+/// The downloaded wheel whose file name starts with `prefix` (e.g.
+/// `cupy_rocm_7_0-14.2.0-`), unpacked once into a scratch directory laid out
+/// as a virtual environment holds it (`<venv>/lib/python3/site-packages`);
+/// returns the environment's root. Same CI rule as the tools.
+pub fn unpacked_wheel(prefix: &str, requirement: &str) -> Option<PathBuf> {
+    let wheel = std::fs::read_dir(wheel_dir()).ok().and_then(|entries| {
+        entries.filter_map(|e| e.ok().map(|e| e.path())).find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".whl"))
+        })
+    });
+    let Some(wheel) = wheel else {
+        missing(
+            &format!("the PyPI wheel {requirement} in {}", wheel_dir().display()),
+            &format!("(pip) {requirement}: .ci/run downloads it"),
+        );
+        return None;
+    };
+    let venv = super::scratch(&format!("venv-{prefix}"));
+    let site = venv.join("lib/python3/site-packages");
+    let done = venv.join(".unpacked");
+    if !done.exists() {
+        let _ = std::fs::remove_dir_all(&site);
+        std::fs::create_dir_all(&site).unwrap();
+        super::run_ok(
+            std::process::Command::new("python3")
+                .args(["-m", "zipfile", "-e"])
+                .arg(&wheel)
+                .arg(&site),
+        );
+        std::fs::write(&done, "").unwrap();
+    }
+    Some(venv)
+}
