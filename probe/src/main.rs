@@ -121,16 +121,16 @@ fn main() -> ExitCode {
     let results: Vec<(report::ObjectReport, Vec<String>)> = inputs
         .par_iter()
         .map(|input| {
-            let mut errors = Vec::new();
-            let object = report::inspect(&input.path, &devices, &limits, |c, s| {
-                if let Some(dir) = &args.extract {
-                    if let Err(e) = extract(dir, &input.path, c, s, args.all) {
-                        errors.push(e);
-                    }
-                }
-            });
+            let visit = |scope: &Scope<'_, '_>, selections: &[Selection]| match &args.extract {
+                Some(dir) => extract(dir, &input.path, scope, selections, args.all)
+                    .err()
+                    .into_iter()
+                    .collect(),
+                None => Vec::new(),
+            };
+            let done = report::inspect(&input.path, &devices, &limits, &visit);
             progress.inc(1);
-            (object, errors)
+            done
         })
         .collect();
     progress.finish_and_clear();
@@ -219,7 +219,7 @@ fn extract(
             continue;
         }
         let bytes = container
-            .image_bytes(local)
+            .take_image(local)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let name = format!(
             "{stem}-{:#x}-{local}-{}.co",

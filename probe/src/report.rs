@@ -8,6 +8,7 @@ use offload_loader::{
     select, Container, DeviceTarget, Image, ImageSource, Limits, MappedFile, Policy, Scope,
     Selection,
 };
+use rayon::prelude::*;
 use serde::Serialize;
 
 /// A device the report selects for.
@@ -224,13 +225,15 @@ pub struct RejectedReport {
 }
 
 /// Inspects `path` and selects for `devices`; `visit` is handed each
-/// selection scope with its selections so images can be written out.
+/// selection scope with its selections so images can be written out, and
+/// returns what failed. Scopes are handled in parallel (a library's bundles
+/// inflate on several cores); the report keeps file order.
 pub fn inspect(
     path: &Path,
     devices: &[DeviceRow],
     limits: &Limits,
-    mut visit: impl FnMut(&Scope<'_, '_>, &[Selection]),
-) -> ObjectReport {
+    visit: &(dyn Fn(&Scope<'_, '_>, &[Selection]) -> Vec<String> + Sync),
+) -> (ObjectReport, Vec<String>) {
     let mut report = ObjectReport {
         path: path.display().to_string(),
         not_offload_format: false,
@@ -241,7 +244,7 @@ pub fn inspect(
         Ok(f) => f,
         Err(e) => {
             report.error = Some(e.to_string());
-            return report;
+            return (report, Vec::new());
         }
     };
     let sections = match file.containers(limits) {
@@ -252,9 +255,10 @@ pub fn inspect(
                 FileErrorKind::Unrecognised | FileErrorKind::NotRegular(_)
             );
             report.error = Some(e.to_string());
-            return report;
+            return (report, Vec::new());
         }
     };
+    let mut errors = Vec::new();
     for found in &sections {
         let row = || ContainerReport {
             section: found.section.name.clone(),
@@ -276,18 +280,26 @@ pub fn inspect(
                 ..row()
             });
         }
-        for scope in found.scopes() {
-            let selections: Vec<Selection> = devices
-                .iter()
-                .map(|d| select(&d.target, &scope, &Policy::default()))
-                .collect();
-            visit(&scope, &selections);
-            rows.push(scope_row(path, &scope, selections, row()));
+        let done: Vec<(ContainerReport, Vec<String>)> = found
+            .scopes()
+            .par_iter()
+            .map(|scope| {
+                let selections: Vec<Selection> = devices
+                    .iter()
+                    .map(|d| select(&d.target, scope, &Policy::default()))
+                    .collect();
+                let failed = visit(scope, &selections);
+                (scope_row(path, scope, selections, row()), failed)
+            })
+            .collect();
+        for (r, failed) in done {
+            rows.push(r);
+            errors.extend(failed);
         }
         rows.sort_by_key(|r| r.offset);
         report.containers.extend(rows);
     }
-    report
+    (report, errors)
 }
 
 /// The row of one selection scope.

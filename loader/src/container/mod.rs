@@ -332,42 +332,74 @@ impl<'a> Container<'a> {
 
     /// The bytes of image `index`: borrowed from the container when stored
     /// plainly; for a compressed bundle, borrowed from the bundle inflated once
-    /// (within the [`Limits`] given at parse, hash checked) and kept.
+    /// (within the [`Limits`] given at parse, hash checked) and kept, so
+    /// every image of it is served from one inflation.
     pub fn image_bytes(&self, index: usize) -> Result<Cow<'_, [u8]>> {
-        let image = self.images.get(index).ok_or(Error::new(
+        let image = self.image(index)?;
+        if !image.compressed {
+            return self.stored(image).map(Cow::Borrowed);
+        }
+        let ccob = self.ccob(image)?;
+        let inflated = self
+            .inflated
+            .get_or_init(|| ccob.decompress(&self.limits))
+            .as_ref()
+            .map_err(|e| e.clone().at(self.offset))?;
+        Bytes(inflated)
+            .slice(image.offset, image.size, "bundle entry code object")
+            .map(Cow::Borrowed)
+            .map_err(|e| e.at(self.offset))
+    }
+
+    /// The bytes of image `index`, keeping nothing: a compressed bundle is
+    /// inflated for this call alone and the rest of it dropped, so writing
+    /// out one image of each of many bundles holds one bundle at a time.
+    pub fn take_image(&self, index: usize) -> Result<Cow<'a, [u8]>> {
+        let image = self.image(index)?;
+        if !image.compressed {
+            return self.stored(image).map(Cow::Borrowed);
+        }
+        let mut inflated = self
+            .ccob(image)?
+            .decompress(&self.limits)
+            .map_err(|e| e.at(self.offset))?;
+        Bytes(&inflated)
+            .slice(image.offset, image.size, "bundle entry code object")
+            .map_err(|e| e.at(self.offset))?;
+        inflated.truncate((image.offset + image.size) as usize);
+        inflated.drain(..image.offset as usize);
+        Ok(Cow::Owned(inflated))
+    }
+
+    fn image(&self, index: usize) -> Result<&Image> {
+        self.images.get(index).ok_or(Error::new(
             self.offset,
             ErrorKind::BadValue {
                 what: "image index",
                 value: index as u64,
             },
-        ))?;
-        let at = |e: Error| e.at(self.offset);
-        if image.compressed {
-            return match &self.compression {
-                Some(ccob) => {
-                    let inflated = self
-                        .inflated
-                        .get_or_init(|| ccob.decompress(&self.limits))
-                        .as_ref()
-                        .map_err(|e| at(e.clone()))?;
-                    Bytes(inflated)
-                        .slice(image.offset, image.size, "bundle entry code object")
-                        .map(Cow::Borrowed)
-                        .map_err(at)
-                }
-                None => Err(at(Error::new(
-                    image.offset,
-                    ErrorKind::Malformed {
-                        what: "NVIDIA fat binary entry",
-                        why: "compressed entry not supported",
-                    },
-                ))),
-            };
-        }
+        ))
+    }
+
+    /// A plain image's bytes in the container.
+    fn stored(&self, image: &Image) -> Result<&'a [u8]> {
         Bytes(self.data)
             .slice(image.offset, image.size, "image")
-            .map(Cow::Borrowed)
-            .map_err(at)
+            .map_err(|e| e.at(self.offset))
+    }
+
+    /// The compressed bundle a compressed image is in.
+    fn ccob(&self, image: &Image) -> Result<&CompressedBundle<'a>> {
+        self.compression.as_ref().ok_or_else(|| {
+            Error::new(
+                image.offset,
+                ErrorKind::Malformed {
+                    what: "NVIDIA fat binary entry",
+                    why: "compressed entry not supported",
+                },
+            )
+            .at(self.offset)
+        })
     }
 }
 
@@ -552,9 +584,13 @@ mod tests {
         assert!(Container::parse(&ccob, &tight).is_err());
         let c = Container::parse(&ccob, &Limits::default()).unwrap();
         assert!(c.images()[0].compressed);
+        // take_image inflates for the call alone.
+        assert_eq!(&c.take_image(0).unwrap()[..], &elf(0x41)[..]);
+        assert!(c.inflated.get().is_none());
         let first = c.image_bytes(0).unwrap();
         assert_eq!(&first[..], &elf(0x41)[..]);
         assert!(matches!(first, Cow::Borrowed(_)));
+        assert!(c.inflated.get().is_some());
     }
 
     #[test]
