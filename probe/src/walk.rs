@@ -8,7 +8,7 @@
 //! its `.so` links) is inspected once, under the first name in sorted order.
 
 use std::collections::HashSet;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// One file to inspect.
@@ -59,30 +59,40 @@ fn walk(
     let Ok(meta) = std::fs::metadata(dir) else {
         return;
     };
-    if !dirs.insert((meta.dev(), meta.ino())) {
+    let dev = meta.dev();
+    if !dirs.insert((dev, meta.ino())) {
         return;
     }
-    let mut entries: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(list) => list.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+    // The directory's entries carry their type and inode: a regular file
+    // costs no system call here (it is opened and checked once, later).
+    let mut entries: Vec<(PathBuf, Option<std::fs::FileType>, u64)> = match std::fs::read_dir(dir) {
+        Ok(list) => list
+            .filter_map(|e| e.ok())
+            .map(|e| (e.path(), e.file_type().ok(), e.ino()))
+            .collect(),
         Err(e) => {
             found.errors.push((dir.to_path_buf(), e.to_string()));
             return;
         }
     };
-    entries.sort();
-    for path in entries {
-        let Ok(own) = std::fs::symlink_metadata(&path) else {
-            continue;
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (path, kind, ino) in entries {
+        let (is_dir, is_file, key) = match kind {
+            Some(k) if k.is_dir() => (true, false, (dev, ino)),
+            Some(k) if k.is_file() => (false, true, (dev, ino)),
+            // A link is followed to what it names (a dangling one is
+            // skipped, a link to a directory is not followed); an entry of
+            // unknown type is looked at.
+            Some(k) if !k.is_symlink() => continue,
+            _ => match std::fs::metadata(&path) {
+                Ok(m) if kind.is_none() && m.is_dir() => (true, false, (m.dev(), m.ino())),
+                Ok(m) if m.is_file() => (false, true, (m.dev(), m.ino())),
+                _ => continue,
+            },
         };
-        if own.is_dir() {
+        if is_dir {
             walk(&path, dirs, files, found);
-            continue;
-        }
-        // A link is followed to what it names; a dangling one is skipped.
-        let Ok(target) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if target.is_file() && files.insert((target.dev(), target.ino())) {
+        } else if is_file && files.insert(key) {
             found.inputs.push(Input {
                 path,
                 explicit: false,

@@ -22,7 +22,7 @@ use crate::limits::Limits;
 use crate::registration::{offload_arch_list, BinaryDescriptor, DeviceImage, DEVICE_IMAGE_SIZE};
 
 /// Sections that hold the host entry table a descriptor points at.
-const ENTRY_SECTIONS: &[&str] = &["omp_offloading_entries", ".omp_offloading_entries"];
+pub(super) const ENTRY_SECTIONS: &[&str] = &["omp_offloading_entries", ".omp_offloading_entries"];
 /// Sections a descriptor and its image array are written to.
 const DATA_SECTIONS: &[&str] = &[".data.rel.ro", ".data"];
 

@@ -2,11 +2,12 @@
 //! objects, static archives of them (including heterogeneous device archives),
 //! and raw bundle, `CCOB` or offload-binary files.
 
-use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use object::elf::FileHeader64;
 use object::read::archive::ArchiveFile;
-use object::read::elf::{ElfFile64, SectionHeader};
+use object::read::elf::{FileHeader, SectionHeader};
 use object::{Endianness, FileKind};
 
 use super::{
@@ -16,6 +17,10 @@ use super::{
 use crate::container::{self, Container, Format, Scope};
 use crate::image::CodeKind;
 use crate::limits::Limits;
+
+/// Files larger than this are mapped for random access (the kernel's largest
+/// read-ahead window seen here is 8 MiB).
+const READ_AHEAD: u64 = 8 << 20;
 
 /// A file mapped read-only into memory.
 pub struct MappedFile {
@@ -31,17 +36,21 @@ impl MappedFile {
             path: path.clone(),
             kind: FileErrorKind::Io(e),
         };
-        // Only regular files are opened (following symbolic links): opening
-        // a named pipe blocks until a writer comes.
-        let kind = std::fs::metadata(&path).map_err(io)?.file_type();
-        if !kind.is_file() {
+        // Opened without blocking (a named pipe would wait for a writer),
+        // then refused unless it is a regular file: one open and one fstat.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
             return Err(FileError {
                 path,
-                kind: FileErrorKind::NotRegular(file_type_name(kind)),
+                kind: FileErrorKind::NotRegular(file_type_name(meta.file_type())),
             });
         }
-        let file = File::open(&path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        let len = meta.len();
         let map = if len == 0 {
             None
         } else {
@@ -49,12 +58,16 @@ impl MappedFile {
             // process truncating the file while it is mapped would fault on
             // access; that is the accepted risk of mapping, as for any
             // memory-mapped reader (the dynamic loader takes the same one).
-            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+            let map =
+                unsafe { memmap2::MmapOptions::new().len(len as usize).map(&file) }.map_err(io)?;
             // Only headers are read, scattered over the file: without this
             // hint each page fault reads ahead (8 MiB on this project's
             // machines), which made half of rocSPARSE's 1.3 GB resident to
-            // list it. Random access faults in the touched pages only.
-            let _ = map.advise(memmap2::Advice::Random);
+            // list it. Random access faults in the touched pages only; a file
+            // smaller than the read-ahead gains nothing from the call.
+            if len > READ_AHEAD {
+                let _ = map.advise(memmap2::Advice::Random);
+            }
             Some(map)
         };
         Ok(MappedFile { path, map })
@@ -97,11 +110,16 @@ pub fn containers<'a>(
     let sections = offload_sections(data)?;
     let object_bundles = object_bundles(data, &sections, limits);
     // A linked file of the clang-offload-wrapper generation keeps its
-    // images behind a binary descriptor, not in a container section.
-    let descriptor = if sections.iter().any(|s| s.role == SectionRole::Containers) {
-        None
-    } else {
+    // images behind a binary descriptor, not in a container section; it has
+    // the descriptor's host entry table.
+    let wrapped = !sections.iter().any(|s| s.role == SectionRole::Containers)
+        && sections
+            .iter()
+            .any(|s| super::descriptor::ENTRY_SECTIONS.contains(&s.name.as_str()));
+    let descriptor = if wrapped {
         super::descriptor::find(data, limits)
+    } else {
+        None
     };
     let descriptor = descriptor.map(|found| {
         let (file_offset, size) = match &found {
@@ -284,9 +302,11 @@ fn elf_sections(
     base: u64,
     member: Option<&str>,
 ) -> Result<Vec<OffloadSection>, FileErrorKind> {
-    let elf = ElfFile64::<Endianness>::parse(data).map_err(object_error(base))?;
-    let endian = elf.endian();
-    let sections = elf.elf_section_table();
+    // The file header and section table only: no symbol tables, which the
+    // full `ElfFile64` parse would read too.
+    let header = FileHeader64::<Endianness>::parse(data).map_err(object_error(base))?;
+    let endian = header.endian().map_err(object_error(base))?;
+    let sections = header.sections(endian, data).map_err(object_error(base))?;
     let mut out = Vec::new();
     for header in sections.iter() {
         let name = sections
