@@ -63,11 +63,7 @@ static APIS: Cache<Api> = Cache::new();
 /// on the first call for that path, on the calling thread.
 pub(crate) fn open(library: Option<PathBuf>) -> Result<&'static Api, Reason> {
     APIS.get_or_open(library, |library| {
-        let candidates: Vec<PathBuf> = match library {
-            Some(path) => vec![path],
-            None => DEFAULT_CANDIDATES.iter().map(PathBuf::from).collect(),
-        };
-        let (lib, path) = library::open(&candidates)?;
+        let (lib, path) = library::open(library, &DEFAULT_CANDIDATES)?;
         Ok(Api {
             init: resolve!(lib, path, "cuInit"),
             driver_get_version: resolve!(lib, path, "cuDriverGetVersion"),

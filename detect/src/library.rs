@@ -39,15 +39,21 @@ macro_rules! resolve {
 }
 pub(crate) use resolve;
 
-/// Opens the first of `candidates` that loads. The handle is wrapped in
+/// Opens `library` if one is named (`OFFLOAD_LOADER_*_LIBRARY`), else the
+/// first of `defaults` that loads. The handle is wrapped in
 /// `ManuallyDrop`: it is never closed, whatever happens next. A name that
 /// fails for another reason than "not found" (wrong ELF class, missing
 /// dependency) is reported as such.
 pub(crate) fn open(
-    candidates: &[PathBuf],
+    library: Option<PathBuf>,
+    defaults: &[&str],
 ) -> Result<(ManuallyDrop<libloading::Library>, PathBuf), Reason> {
+    let candidates: Vec<PathBuf> = match library {
+        Some(path) => vec![path],
+        None => defaults.iter().map(PathBuf::from).collect(),
+    };
     let mut refused = None;
-    for path in candidates {
+    for path in &candidates {
         // SAFETY: loading a driver library runs its initialisers; these are the
         // vendor's runtime libraries (or the path the user named), loaded the
         // way the vendor's own runtimes and LLVM's offload-arch load them.
@@ -108,7 +114,7 @@ mod tests {
 
     #[test]
     fn missing_and_refused_libraries() {
-        let e = open(&["/nonexistent/libhsa.so".into(), "libnotthere.so.9".into()]).unwrap_err();
+        let e = open(None, &["/nonexistent/libhsa.so", "libnotthere.so.9"]).unwrap_err();
         assert_eq!(
             e.to_string(),
             "/nonexistent/libhsa.so not found (nor libnotthere.so.9)"
@@ -117,7 +123,7 @@ mod tests {
         let not_elf =
             std::env::temp_dir().join(format!("detect-not-elf-{}.so", std::process::id()));
         std::fs::write(&not_elf, b"hello").unwrap();
-        let e = open(std::slice::from_ref(&not_elf)).unwrap_err();
+        let e = open(Some(not_elf.clone()), &[]).unwrap_err();
         let _ = std::fs::remove_file(&not_elf);
         assert!(matches!(e, Reason::LibraryUnloadable { .. }), "{e}");
     }

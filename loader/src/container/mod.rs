@@ -186,16 +186,7 @@ impl<'a> Container<'a> {
         for &(_, offset, size) in entries {
             Bytes(file).slice(offset, size, "object bundle entry section")?;
         }
-        if entries.len() as u64 > limits.max_entries {
-            return Err(Error::new(
-                0,
-                ErrorKind::TooLarge {
-                    what: "object bundle entry count",
-                    value: entries.len() as u64,
-                    limit: limits.max_entries,
-                },
-            ));
-        }
+        within_limit("object bundle entry count", entries.len(), limits)?;
         let start = entries.iter().map(|e| e.1).min().unwrap_or(0);
         let end = entries.iter().map(|e| e.1 + e.2).max().unwrap_or(0);
         let images = images::from_bundle(
@@ -225,16 +216,7 @@ impl<'a> Container<'a> {
         images: &[(u64, u64, Option<String>)],
         limits: &Limits,
     ) -> Result<Container<'a>> {
-        if images.len() as u64 > limits.max_entries {
-            return Err(Error::new(
-                0,
-                ErrorKind::TooLarge {
-                    what: "descriptor image count",
-                    value: images.len() as u64,
-                    limit: limits.max_entries,
-                },
-            ));
-        }
+        within_limit("descriptor image count", images.len(), limits)?;
         let mut slices = Vec::with_capacity(images.len());
         for &(offset, size, _) in images {
             slices.push(Bytes(file).slice(offset, size, "descriptor device image")?);
@@ -422,6 +404,22 @@ impl ImageSource for Container<'_> {
             .ok()?;
         Some(Content::read(bytes))
     }
+}
+
+/// An error when a table built from a file's parts has more entries than
+/// [`Limits::max_entries`].
+fn within_limit(what: &'static str, count: usize, limits: &Limits) -> Result<()> {
+    if count as u64 > limits.max_entries {
+        return Err(Error::new(
+            0,
+            ErrorKind::TooLarge {
+                what,
+                value: count as u64,
+                limit: limits.max_entries,
+            },
+        ));
+    }
+    Ok(())
 }
 
 /// Lists a compressed bundle by inflating only as much as its table needs.
