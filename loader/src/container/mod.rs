@@ -82,6 +82,8 @@ pub struct Container<'a> {
     limits: Limits,
     data: &'a [u8],
     inflated: OnceLock<std::result::Result<Vec<u8>, Error>>,
+    /// For an NVIDIA fat binary: its entries, and each image's entry index.
+    nv: Option<(NvFatbin<'a>, Vec<usize>)>,
 }
 
 // Shared by the runtime's registry across threads.
@@ -105,6 +107,7 @@ impl<'a> Container<'a> {
                 what: "offload container (bundle, CCOB, offload binary or NVIDIA fat binary)",
             },
         ))?;
+        let mut nv = None;
         let (len, compression, images) = match format {
             Format::Bundle => {
                 let bundle = Bundle::parse(data, limits)?;
@@ -122,7 +125,10 @@ impl<'a> Container<'a> {
             }
             Format::NvFatbin => {
                 let fatbin = NvFatbin::parse(data, limits)?;
-                (fatbin.len(), None, images::from_nv_fatbin(&fatbin))
+                let (images, entries) = images::from_nv_fatbin(&fatbin);
+                let len = fatbin.len();
+                nv = Some((fatbin, entries));
+                (len, None, images)
             }
             // No magic sniffs as one: object bundles are built from sections.
             Format::ObjectBundle => {
@@ -143,6 +149,7 @@ impl<'a> Container<'a> {
             limits: *limits,
             data: &data[..len as usize],
             inflated: OnceLock::new(),
+            nv,
         })
     }
 
@@ -184,6 +191,7 @@ impl<'a> Container<'a> {
             limits: *limits,
             data: &file[start as usize..end as usize],
             inflated: OnceLock::new(),
+            nv: None,
         })
     }
 
@@ -223,6 +231,18 @@ impl<'a> Container<'a> {
         &self.images
     }
 
+    /// For an NVIDIA fat binary: the entry image `index` comes from (its
+    /// compression, flags, group), with offsets from the container's start.
+    pub fn nv_entry(&self, index: usize) -> Option<&crate::nv_fatbin::Entry> {
+        let (fatbin, entries) = self.nv.as_ref()?;
+        fatbin.entries().get(*entries.get(index)?)
+    }
+
+    /// For an NVIDIA fat binary: the parsed fat binary.
+    pub fn nv_fatbin(&self) -> Option<&NvFatbin<'a>> {
+        self.nv.as_ref().map(|(f, _)| f)
+    }
+
     /// The bytes of image `index`: borrowed from the container when stored
     /// plainly; for a compressed bundle, borrowed from the bundle inflated once
     /// (within the [`Limits`] given at parse, hash checked) and kept.
@@ -235,6 +255,10 @@ impl<'a> Container<'a> {
             },
         ))?;
         let at = |e: Error| e.at(self.offset);
+        if let Some((fatbin, entries)) = &self.nv {
+            // Only this entry (or its --concat group) is inflated.
+            return fatbin.code(entries[index], &self.limits).map_err(at);
+        }
         if image.compressed {
             return match &self.compression {
                 Some(ccob) => {
@@ -251,8 +275,8 @@ impl<'a> Container<'a> {
                 None => Err(at(Error::new(
                     image.offset,
                     ErrorKind::Malformed {
-                        what: "NVIDIA fat binary entry",
-                        why: "compressed entry not supported",
+                        what: "compressed image",
+                        why: "its container has no compressed payload",
                     },
                 ))),
             };
@@ -534,10 +558,21 @@ mod tests {
         assert_eq!(images[1].declared, Some(CodeKind::Ptx));
         assert_eq!(images[1].arch.to_string(), "sm_90");
         assert!(images[2].compressed);
-        assert_eq!(images[2].size, 4096);
+        assert_eq!(images[2].size, 122);
         assert_eq!(images[2].arch.to_string(), "sm_100");
         assert_eq!(c.image_bytes(0).unwrap().len() as u64, images[0].size);
-        assert!(c.image_bytes(2).is_err());
+        assert_eq!(c.image_bytes(2).unwrap().len(), 122);
+        assert_eq!(c.nv_entry(2).unwrap().sm, 100);
+        // A --concat group is not an image; its members are, with their variant.
+        let data = crate::nv_fatbin::tests::concat_group();
+        let c = Container::parse(&data, &Limits::default()).unwrap();
+        let ids: Vec<String> = c.images().iter().map(|i| i.arch.to_string()).collect();
+        assert_eq!(ids, ["sm_80", "sm_90a"]);
+        assert_eq!(
+            &c.image_bytes(1).unwrap()[..],
+            &crate::nv_fatbin::tests::elf122()[..]
+        );
+        assert!(c.read_content(1).is_none());
     }
 
     #[test]
