@@ -128,6 +128,31 @@ pub(super) fn from_nv_fatbin(fatbin: &NvFatbin<'_>) -> (Vec<Image>, Vec<usize>) 
         .unzip()
 }
 
+/// The one image a raw file is (`nvcc -cubin`, `nvcc -ptx`, a code object),
+/// named by its own header: kind `cuda` for NVIDIA code, `hip` for AMDGPU.
+pub(super) fn from_raw_image(data: &[u8]) -> Image {
+    let mut content = Content::read(data);
+    if let Some(Arch::Nvptx(arch)) = &mut content.arch {
+        if content.code == CodeKind::Cubin
+            && crate::image::cubin::compat_arch_specific(data) == Some(true)
+        {
+            arch.variant = crate::target::ArchVariant::ArchSpecific;
+        }
+    }
+    let arch = content.arch.clone().unwrap_or(Arch::None);
+    let (kind, triple) = match arch.vendor() {
+        Some(Vendor::Amd) => (OffloadKind::Hip, "amdgcn-amd-amdhsa"),
+        _ => (OffloadKind::Cuda, "nvptx64-nvidia-cuda"),
+    };
+    let triple = Triple::parse(triple);
+    let id = Image::bundle_style_id(&kind, &triple, &arch.to_string());
+    let mut image = Image::new(0, id, kind, triple, arch);
+    image.declared = Some(content.code);
+    image.size = data.len() as u64;
+    image.content = Some(content);
+    image
+}
+
 /// One image of an OpenMP binary descriptor (`__tgt_device_image`): an
 /// offload binary whose first entry is the image (clang-linker-wrapper, LLVM
 /// 15+), or a bare ELF (clang-offload-wrapper, LLVM ≤ 14 and AOMP) named by its

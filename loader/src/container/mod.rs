@@ -44,6 +44,9 @@ pub enum Format {
     /// A relocatable object whose `__CLANG_OFFLOAD_BUNDLE__<id>` sections
     /// are the entries of a bundle.
     ObjectBundle,
+    /// A file that is one image (a cubin, PTX text, a code object), listed
+    /// as a container of that one image.
+    Image,
 }
 
 impl Format {
@@ -56,6 +59,7 @@ impl Format {
             Format::OffloadBinary => "offload-binary",
             Format::NvFatbin => "nv-fatbin",
             Format::ObjectBundle => "object-bundle",
+            Format::Image => "image",
         }
     }
 
@@ -130,8 +134,9 @@ impl<'a> Container<'a> {
                 nv = Some((fatbin, entries));
                 (len, None, images)
             }
-            // No magic sniffs as one: object bundles are built from sections.
-            Format::ObjectBundle => {
+            // No magic sniffs as one: object bundles are built from sections,
+            // images from whole files.
+            Format::ObjectBundle | Format::Image => {
                 return Err(Error::new(
                     0,
                     ErrorKind::Malformed {
@@ -190,6 +195,33 @@ impl<'a> Container<'a> {
             images,
             limits: *limits,
             data: &file[start as usize..end as usize],
+            inflated: OnceLock::new(),
+            nv: None,
+        })
+    }
+
+    /// The container of the one image that `data` (a whole file: a cubin,
+    /// PTX text, an AMDGPU code object) is, named by its own header. PTX
+    /// without its terminating NUL gets one in [`Container::image_bytes`]
+    /// (the CUDA driver needs it).
+    pub fn from_image(data: &'a [u8], limits: &Limits) -> Result<Container<'a>> {
+        let image = images::from_raw_image(data);
+        if image.arch == crate::target::Arch::None {
+            return Err(Error::new(
+                0,
+                ErrorKind::Malformed {
+                    what: "image file",
+                    why: "its header names no GPU architecture",
+                },
+            ));
+        }
+        Ok(Container {
+            offset: 0,
+            format: Format::Image,
+            compression: None,
+            images: vec![image],
+            limits: *limits,
+            data,
             inflated: OnceLock::new(),
             nv: None,
         })
@@ -281,10 +313,18 @@ impl<'a> Container<'a> {
                 ))),
             };
         }
-        Bytes(self.data)
+        let bytes = Bytes(self.data)
             .slice(image.offset, image.size, "image")
-            .map(Cow::Borrowed)
-            .map_err(at)
+            .map_err(at)?;
+        if self.format == Format::Image
+            && image.declared == Some(crate::image::CodeKind::Ptx)
+            && bytes.last() != Some(&0)
+        {
+            let mut text = bytes.to_vec();
+            text.push(0);
+            return Ok(Cow::Owned(text));
+        }
+        Ok(Cow::Borrowed(bytes))
     }
 }
 

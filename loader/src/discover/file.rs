@@ -10,10 +10,11 @@ use object::read::elf::{ElfFile64, SectionHeader};
 use object::{Endianness, FileKind};
 
 use super::{
-    FileError, FileErrorKind, OffloadSection, SectionRole, CONTAINER_SECTIONS,
+    FileError, FileErrorKind, OffloadSection, SectionRole, CONTAINER_SECTIONS, NV_RELFATBIN,
     OBJECT_BUNDLE_PREFIX, REGISTRATION_SECTIONS, SHT_LLVM_OFFLOADING,
 };
 use crate::container::{self, Container, Format};
+use crate::image::CodeKind;
 use crate::limits::Limits;
 
 /// A file mapped read-only into memory.
@@ -73,6 +74,7 @@ impl MappedFile {
     pub fn containers(&self, limits: &Limits) -> Result<Vec<SectionContainers<'_>>, FileError> {
         let sections = self.offload_sections()?;
         let object_bundles = object_bundles(self.bytes(), &sections, limits);
+        let images = raw_images(self.bytes(), &sections, limits);
         Ok(sections
             .into_iter()
             .filter(|s| s.role == SectionRole::Containers)
@@ -95,8 +97,25 @@ impl MappedFile {
                 }
             })
             .chain(object_bundles)
+            .chain(images)
             .collect())
     }
+}
+
+/// A file that is one image (a cubin, PTX text, a code object), as a container of one.
+fn raw_images<'a>(
+    data: &'a [u8],
+    sections: &[OffloadSection],
+    limits: &Limits,
+) -> Vec<SectionContainers<'a>> {
+    sections
+        .iter()
+        .filter(|s| s.role == SectionRole::Image)
+        .map(|section| SectionContainers {
+            section: section.clone(),
+            containers: vec![Container::from_image(data, limits)],
+        })
+        .collect()
 }
 
 /// A bundle entry ID with its section's file offset and size.
@@ -165,6 +184,17 @@ pub fn offload_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKin
             address: 0,
         }]);
     }
+    let code = CodeKind::sniff(data);
+    if matches!(code, CodeKind::Cubin | CodeKind::Ptx | CodeKind::AmdgpuElf) {
+        return Ok(vec![OffloadSection {
+            member: None,
+            name: code.name().into(),
+            role: SectionRole::Image,
+            file_offset: 0,
+            size: data.len() as u64,
+            address: 0,
+        }]);
+    }
     match FileKind::parse(data) {
         Ok(FileKind::Elf64) => elf_sections(data, 0, None),
         Ok(FileKind::Archive) => archive_sections(data),
@@ -191,6 +221,7 @@ fn elf_sections(
 ) -> Result<Vec<OffloadSection>, FileErrorKind> {
     let elf = ElfFile64::<Endianness>::parse(data).map_err(object_error(base))?;
     let endian = elf.endian();
+    let relocatable = elf.elf_header().e_type.get(endian) == object::elf::ET_REL;
     let sections = elf.elf_section_table();
     let mut out = Vec::new();
     for header in sections.iter() {
@@ -200,6 +231,7 @@ fn elf_sections(
         let name = String::from_utf8_lossy(name);
         let role = if CONTAINER_SECTIONS.contains(&name.as_ref())
             || header.sh_type(endian) == SHT_LLVM_OFFLOADING
+            || (relocatable && name == NV_RELFATBIN)
         {
             SectionRole::Containers
         } else if REGISTRATION_SECTIONS.contains(&name.as_ref()) {

@@ -46,7 +46,15 @@ pub enum SectionRole {
     BundleEntry,
     /// Registration structures (wrappers, entry tables, arch list).
     Registration,
+    /// A whole file that is one image, not a container: a cubin, PTX text or
+    /// an AMDGPU code object (`nvcc -cubin`, `nvcc -ptx`).
+    Image,
 }
+
+/// The section of relocatable device code in `nvcc -rdc=true -c` objects: NVIDIA
+/// fat binaries, read (as `cuobjdump` reads it) in relocatable objects and
+/// archive members only; in linked files its code is already in `.nv_fatbin`.
+pub const NV_RELFATBIN: &str = "__nv_relfatbin";
 
 /// A section (or a whole raw file) that holds offload data.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -108,6 +108,55 @@ pub fn arch_from_flags(abi_version: u8, flags: u32) -> Result<NvArch> {
     })
 }
 
+/// Whether a whole cubin's `.nv.compat` section marks it arch-specific
+/// (`sm_90a`): `None` when the cubin has no such section or it cannot be read.
+///
+/// CUDA 13.5 `nvcc -cubin -arch=sm_90a` writes the same `e_flags` as for
+/// `sm_90` (0x6005a04; not [`EF_CUDA_ACCELERATORS`]), and the two cubins differ
+/// only in their `-arch` note and in `.nv.compat`, a list of attributes
+/// like `.nv.info`'s: u8 format, u8 attribute, then for formats 1–3 two bytes,
+/// for format 4 a u16 size and that many bytes. Attribute 9 is 1 for `sm_XYa`
+/// and 0 otherwise (checked on sm_90/90a, sm_100/100a/100f, sm_120a cubins;
+/// `cuobjdump -lelf` names the file `sm_90a` accordingly). `sm_100f` and
+/// `sm_100` cubins are byte-identical here: nothing in a cubin records `f`.
+/// Reads the section headers, which lie at the cubin's end.
+pub fn compat_arch_specific(data: &[u8]) -> Option<bool> {
+    let b = crate::read::Bytes(data);
+    let shoff = b.u64(0x28, "").ok()?;
+    let shentsize = u64::from(b.u16(0x3a, "").ok()?);
+    let shnum = u64::from(b.u16(0x3c, "").ok()?);
+    let shstrndx = u64::from(b.u16(0x3e, "").ok()?);
+    if shentsize < 64 || shnum > 1 << 16 {
+        return None;
+    }
+    let header = |i: u64| shoff.checked_add(i.checked_mul(shentsize)?);
+    let strtab = b.u64(header(shstrndx)? + 24, "").ok()?;
+    for i in 0..shnum {
+        let at = header(i)?;
+        let name = b.u32(at, "").ok()?;
+        if b.c_str(strtab.checked_add(name.into())?, "").ok()? != ".nv.compat" {
+            continue;
+        }
+        let body = b
+            .slice(b.u64(at + 24, "").ok()?, b.u64(at + 32, "").ok()?, "")
+            .ok()?;
+        let mut pos = 0usize;
+        while pos + 4 <= body.len() {
+            let (format, attribute) = (body[pos], body[pos + 1]);
+            if attribute == 9 && (1..=3).contains(&format) {
+                return Some(body[pos + 2] == 1);
+            }
+            pos += match format {
+                1..=3 => 4,
+                4 => 4 + usize::from(u16::from_le_bytes([body[pos + 2], body[pos + 3]])),
+                _ => return None,
+            };
+        }
+        return Some(false);
+    }
+    None
+}
+
 impl Cubin {
     /// Decodes identifying fields already read from an ELF64 header.
     fn from_ident(ident: &ElfIdent) -> Result<Cubin> {
