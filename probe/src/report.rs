@@ -85,6 +85,10 @@ pub struct ContainerReport {
     pub selected: Vec<SelectedReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// An NVIDIA fat binary with no kernels (nvlink's `*_dlink` stub): a
+    /// device without an image in it lacks nothing.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kernel_less: bool,
 }
 
 /// A compressed bundle's header.
@@ -113,6 +117,9 @@ pub struct ImageReport {
     /// What the image's own header says it is, when it was read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<&'static str>,
+    /// How an NVIDIA fat-binary entry is compressed: `zstd`, `lz4`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<&'static str>,
 }
 
 /// The outcome for one device in one container.
@@ -173,6 +180,7 @@ pub fn inspect(
                 images: Vec::new(),
                 selected: Vec::new(),
                 error: None,
+                kernel_less: false,
             };
             match container {
                 Err(e) => {
@@ -188,6 +196,7 @@ pub fn inspect(
                     row.offset = c.offset();
                     row.size = c.len();
                     row.format = Some(c.format().name());
+                    row.kernel_less = c.is_kernel_less();
                     row.compression = c.compression().map(|h| CompressionReport {
                         version: h.version,
                         method: h.method.name(),
@@ -265,5 +274,9 @@ fn image_row(path: &Path, c: &Container<'_>, image: &Image, chosen: bool) -> Ima
             .map(|content| content.code)
             .or(image.declared)
             .map(|code| code.name()),
+        compression: c
+            .nv_entry(image.index)
+            .filter(|e| e.is_compressed())
+            .map(|e| e.compression().name()),
     }
 }

@@ -104,7 +104,17 @@ fn exit_status_says_whether_every_device_has_an_image() {
     );
     // Usage errors.
     assert_eq!(probe(&["--device", "gfx9999", lib]).status.code(), Some(2));
-    assert_eq!(probe(&["--device", "sm_90a", lib]).status.code(), Some(2));
+    assert_eq!(probe(&["--device", "sm_9x", lib]).status.code(), Some(2));
+    // What users type for an NVIDIA device: its arch, its a spelling, its capability.
+    for device in ["sm_90a", "9.0"] {
+        assert_eq!(
+            probe(&["--device", "gfx1030", "--device", device, lib])
+                .status
+                .code(),
+            Some(0),
+            "{device}"
+        );
+    }
 }
 
 #[test]

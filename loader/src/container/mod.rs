@@ -270,6 +270,28 @@ impl<'a> Container<'a> {
         fatbin.entries().get(*entries.get(index)?)
     }
 
+    /// Whether this is an NVIDIA fat binary without kernels: every entry a
+    /// cubin with no code section, as nvlink's device-link stub (`*_dlink`)
+    /// that CUDA 13 `nvcc` links into every executable. Such a container
+    /// lacking an image for a device is not a device lacking code. Stored
+    /// cubins are read in place; a compressed one is inflated only if it
+    /// declares at most 64 KiB (a stub is about 1.5 KiB), and the check stops
+    /// at the first entry that is not a kernel-less cubin.
+    pub fn is_kernel_less(&self) -> bool {
+        let Some((fatbin, _)) = &self.nv else {
+            return false;
+        };
+        !fatbin.is_empty()
+            && fatbin.entries().iter().enumerate().all(|(i, e)| {
+                e.kind == crate::nv_fatbin::kind::ELF
+                    && e.group.is_none()
+                    && e.exact_size.is_some_and(|n| n <= 64 << 10)
+                    && fatbin
+                        .code(i, &self.limits)
+                        .is_ok_and(|code| crate::image::cubin::has_code(&code) == Some(false))
+            })
+    }
+
     /// For an NVIDIA fat binary: the parsed fat binary.
     pub fn nv_fatbin(&self) -> Option<&NvFatbin<'a>> {
         self.nv.as_ref().map(|(f, _)| f)

@@ -121,40 +121,64 @@ pub fn arch_from_flags(abi_version: u8, flags: u32) -> Result<NvArch> {
 /// `sm_100` cubins are byte-identical here: nothing in a cubin records `f`.
 /// Reads the section headers, which lie at the cubin's end.
 pub fn compat_arch_specific(data: &[u8]) -> Option<bool> {
+    let (_, body) = sections(data)?
+        .into_iter()
+        .find(|(name, _)| *name == ".nv.compat")?;
+    let mut pos = 0usize;
+    while pos + 4 <= body.len() {
+        let (format, attribute) = (body[pos], body[pos + 1]);
+        if attribute == 9 && (1..=3).contains(&format) {
+            return Some(body[pos + 2] == 1);
+        }
+        pos += match format {
+            1..=3 => 4,
+            4 => 4 + usize::from(u16::from_le_bytes([body[pos + 2], body[pos + 3]])),
+            _ => return None,
+        };
+    }
+    Some(false)
+}
+
+/// Whether a whole cubin holds code: a `.text.<function>` section (`ptxas`
+/// names each function's code so). nvlink's device-link stub, which CUDA 13
+/// `nvcc` links into every executable as a fat binary of its own, has none.
+/// `None` when the section headers cannot be read.
+pub fn has_code(data: &[u8]) -> Option<bool> {
+    Some(
+        sections(data)?
+            .iter()
+            .any(|(name, body)| name.starts_with(".text.") && !body.is_empty()),
+    )
+}
+
+/// The named sections of a little-endian ELF64 (their bytes; empty for
+/// `SHT_NOBITS`), or `None` if any header or name is out of bounds.
+fn sections(data: &[u8]) -> Option<Vec<(&str, &[u8])>> {
     let b = crate::read::Bytes(data);
     let shoff = b.u64(0x28, "").ok()?;
     let shentsize = u64::from(b.u16(0x3a, "").ok()?);
     let shnum = u64::from(b.u16(0x3c, "").ok()?);
     let shstrndx = u64::from(b.u16(0x3e, "").ok()?);
-    if shentsize < 64 || shnum > 1 << 16 {
+    if shentsize < 64 || shnum.checked_mul(shentsize)? > b.len() {
         return None;
     }
-    let header = |i: u64| shoff.checked_add(i.checked_mul(shentsize)?);
+    let header = |i: u64| shoff.checked_add(i * shentsize);
     let strtab = b.u64(header(shstrndx)? + 24, "").ok()?;
+    let mut out = Vec::new();
     for i in 0..shnum {
         let at = header(i)?;
         let name = b.u32(at, "").ok()?;
-        if b.c_str(strtab.checked_add(name.into())?, "").ok()? != ".nv.compat" {
-            continue;
-        }
-        let body = b
-            .slice(b.u64(at + 24, "").ok()?, b.u64(at + 32, "").ok()?, "")
-            .ok()?;
-        let mut pos = 0usize;
-        while pos + 4 <= body.len() {
-            let (format, attribute) = (body[pos], body[pos + 1]);
-            if attribute == 9 && (1..=3).contains(&format) {
-                return Some(body[pos + 2] == 1);
-            }
-            pos += match format {
-                1..=3 => 4,
-                4 => 4 + usize::from(u16::from_le_bytes([body[pos + 2], body[pos + 3]])),
-                _ => return None,
-            };
-        }
-        return Some(false);
+        let name = b.c_str(strtab.checked_add(name.into())?, "").ok()?;
+        const SHT_NOBITS: u32 = 8;
+        let body = if b.u32(at + 4, "").ok()? == SHT_NOBITS {
+            &[][..]
+        } else {
+            b.slice(b.u64(at + 24, "").ok()?, b.u64(at + 32, "").ok()?, "")
+                .ok()?
+        };
+        out.push((name, body));
     }
-    None
+    Some(out)
 }
 
 impl Cubin {
