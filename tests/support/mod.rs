@@ -40,6 +40,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod build;
+pub mod cuda;
 pub mod ffi;
 pub mod hip;
 pub mod openmp;
@@ -50,6 +51,7 @@ pub mod tools;
 use std::path::{Path, PathBuf};
 
 pub use build::*;
+pub use cuda::*;
 pub use ffi::*;
 pub use hip::*;
 pub use openmp::*;
