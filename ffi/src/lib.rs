@@ -12,6 +12,7 @@
 //! failure is recorded as the calling thread's last error. Registration is
 //! thread-safe. Launching kernels is out of scope.
 
+mod cuda;
 mod devices;
 mod error;
 mod hip;

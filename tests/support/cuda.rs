@@ -255,3 +255,42 @@ fn split_name(name: &str) -> Option<(u32, String)> {
     let n = parts.next().and_then(|n| n.parse().ok()).unwrap_or(1);
     Some((n, arch))
 }
+
+impl Cuda {
+    /// `tests/programs/app.cu` built by `nvcc ARGS -cudart none`, linked with
+    /// the shared `liboffload_loader` of `cargo build` (its registration ABI
+    /// takes the place of cudart's), cached; `None` when the library is not
+    /// built (see [`built`]).
+    pub fn program_with_loader(&self, args: &[&str]) -> Option<PathBuf> {
+        let lib = built("liboffload_loader.so")?;
+        let dir = lib.parent().unwrap().display().to_string();
+        let slug: String = args
+            .join("_")
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .take(40)
+            .collect();
+        let mut plan = Plan::new(format!("nvcc-app-{slug}"), "app");
+        let source = program("app.cu");
+        let include = workspace().join("ffi/include");
+        plan.source(&source);
+        plan.source(&include.join("offload_loader.h"));
+        plan.library(&lib);
+        let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        a.extend([
+            "-cudart".into(),
+            "none".into(),
+            "-I".into(),
+            include.display().to_string(),
+            source.display().to_string(),
+            format!("-L{dir}"),
+            "-loffload_loader".into(),
+            "-Xlinker".into(),
+            format!("-rpath,{dir}"),
+            "-o".into(),
+            "app".into(),
+        ]);
+        plan.run(&self.nvcc, a, &self.nvcc_env());
+        Some(realize(&plan))
+    }
+}

@@ -87,7 +87,7 @@ pub struct Container<'a> {
     data: &'a [u8],
     inflated: OnceLock<std::result::Result<Vec<u8>, Error>>,
     /// For an NVIDIA fat binary: its entries, and each image's entry index.
-    nv: Option<(NvFatbin<'a>, Vec<usize>)>,
+    nv: Option<Box<(NvFatbin<'a>, Vec<usize>)>>,
 }
 
 // Shared by the runtime's registry across threads.
@@ -131,7 +131,7 @@ impl<'a> Container<'a> {
                 let fatbin = NvFatbin::parse(data, limits)?;
                 let (images, entries) = images::from_nv_fatbin(&fatbin);
                 let len = fatbin.len();
-                nv = Some((fatbin, entries));
+                nv = Some(Box::new((fatbin, entries)));
                 (len, None, images)
             }
             // No magic sniffs as one: object bundles are built from sections,
@@ -266,7 +266,7 @@ impl<'a> Container<'a> {
     /// For an NVIDIA fat binary: the entry image `index` comes from (its
     /// compression, flags, group), with offsets from the container's start.
     pub fn nv_entry(&self, index: usize) -> Option<&crate::nv_fatbin::Entry> {
-        let (fatbin, entries) = self.nv.as_ref()?;
+        let (fatbin, entries) = &**self.nv.as_ref()?;
         fatbin.entries().get(*entries.get(index)?)
     }
 
@@ -278,9 +278,10 @@ impl<'a> Container<'a> {
     /// declares at most 64 KiB (a stub is about 1.5 KiB), and the check stops
     /// at the first entry that is not a kernel-less cubin.
     pub fn is_kernel_less(&self) -> bool {
-        let Some((fatbin, _)) = &self.nv else {
+        let Some(nv) = &self.nv else {
             return false;
         };
+        let fatbin = &nv.0;
         !fatbin.is_empty()
             && fatbin.entries().iter().enumerate().all(|(i, e)| {
                 e.kind == crate::nv_fatbin::kind::ELF
@@ -294,7 +295,7 @@ impl<'a> Container<'a> {
 
     /// For an NVIDIA fat binary: the parsed fat binary.
     pub fn nv_fatbin(&self) -> Option<&NvFatbin<'a>> {
-        self.nv.as_ref().map(|(f, _)| f)
+        self.nv.as_ref().map(|nv| &nv.0)
     }
 
     /// The bytes of image `index`: borrowed from the container when stored
@@ -309,7 +310,8 @@ impl<'a> Container<'a> {
             },
         ))?;
         let at = |e: Error| e.at(self.offset);
-        if let Some((fatbin, entries)) = &self.nv {
+        if let Some(nv) = &self.nv {
+            let (fatbin, entries) = &**nv;
             // Only this entry (or its --concat group) is inflated.
             return fatbin.code(entries[index], &self.limits).map_err(at);
         }
