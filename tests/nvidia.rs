@@ -231,6 +231,38 @@ fn raw_cubin_and_ptx_files() {
     );
 }
 
+#[test]
+fn ptx_only_builds_jit_on_newer_devices_only() {
+    let Some(cuda) = support::cuda() else { return };
+    let obj = cuda.nvcc(
+        &["-gencode", "arch=compute_80,code=compute_80"],
+        NvOutput::Object,
+    );
+    assert_eq!(archs(&same_as_cuobjdump(&cuda, &obj)), ["ptx sm_80"]);
+    for (device, expected) in [
+        ("sm_80", "ptx sm_80"),
+        ("sm_87", "ptx sm_80"),
+        ("12.1", "ptx sm_80"),
+        ("sm_75", "none"),
+    ] {
+        assert_eq!(chosen(&obj, device), [expected], "{device}");
+    }
+    // The driver's PTX ISA bounds the JIT: nvcc 13.5 writes ISA 9.5.
+    let file = MappedFile::open(&obj).unwrap();
+    let sections = file.containers(&Limits::default()).unwrap();
+    let c = sections[0].containers[0].as_ref().unwrap();
+    let old_driver = DeviceTarget::Nvidia {
+        capability: offload_loader::target::ComputeCapability { major: 9, minor: 0 },
+        max_ptx: offload_loader::target::nvptx::max_ptx_for_driver(12080),
+    };
+    let s = select(&old_driver, c, &Policy::default());
+    assert_eq!(s.chosen, None);
+    assert_eq!(
+        s.rejected[0].1.to_string(),
+        "its PTX ISA 9.5 is newer than the driver can compile (up to 8.7)"
+    );
+}
+
 /// The image each device gets from `file`, as `kind arch`, or `none`.
 fn chosen(file: &Path, device: &str) -> Vec<String> {
     let device = DeviceTarget::parse(device).unwrap();
