@@ -250,7 +250,7 @@ fn elf_sections(
             .is_none_or(|end| end > data.len() as u64)
         {
             return Err(FileErrorKind::Object {
-                offset: base + offset,
+                offset: base.saturating_add(offset),
                 message: format!("section {name} lies past the end of the file"),
             });
         }
@@ -290,4 +290,29 @@ fn archive_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKind> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_far_past_the_end_are_errors_not_panics() {
+        // A fuzzer's find: a section offset near 2^64 overflowed the error's offset.
+        let data =
+            include_bytes!("../../../fuzz/regressions/discover_file/panic-section-offset-overflow");
+        assert!(offload_sections(data).is_err());
+    }
+
+    #[test]
+    fn raw_cubin_and_ptx_files_are_images() {
+        let ptx = b"//\n.version 9.5\n.target sm_80\n.address_size 64\n";
+        let s = offload_sections(ptx).unwrap();
+        assert_eq!((s[0].role, s[0].name.as_str()), (SectionRole::Image, "ptx"));
+        let c = Container::from_image(ptx, &Limits::default()).unwrap();
+        assert_eq!(c.images()[0].arch.to_string(), "sm_80");
+        // The driver gets the text with its NUL.
+        assert_eq!(c.image_bytes(0).unwrap().last(), Some(&0));
+        assert!(offload_sections(b"just text").is_err());
+    }
 }
