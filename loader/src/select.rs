@@ -618,7 +618,9 @@ fn check_nvidia(
             }
         }
     } else if !img.runs_natively_on(device) {
-        if device.is_tegra() && img.variant == ArchVariant::Base {
+        let desktop_would =
+            img.capability.major == device.major && img.capability.minor <= device.minor;
+        if device.is_tegra() && img.variant == ArchVariant::Base && desktop_would {
             return Err(Rejection::TegraArch {
                 image: *img,
                 device,
