@@ -437,6 +437,19 @@ impl<'a> NvFatbin<'a> {
                 out
             }
             Compression::Lz4 => {
+                // An LZ4 block expands at most about 255-fold (a match length
+                // byte per 255 bytes of output): a larger declared size is a
+                // lie, refused before its buffer is allocated.
+                let most = (src.len() as u64).saturating_mul(255).saturating_add(64);
+                if declared > most {
+                    return Err(fail(
+                        "lz4",
+                        format!(
+                            "the entry declares {declared} bytes, more than a {}-byte block can hold",
+                            src.len()
+                        ),
+                    ));
+                }
                 let mut out = vec![0u8; declared as usize];
                 let n = lz4_flex::block::decompress_into(src, &mut out)
                     .map_err(|err| fail("lz4", err.to_string()))?;
@@ -799,6 +812,16 @@ pub(crate) mod tests {
         let err = p.code(0, &tight).unwrap_err();
         assert!(matches!(err.kind, ErrorKind::TooLarge { .. }), "{err}");
         assert_eq!(err.offset, 16 + 56);
+        // An LZ4 entry declaring more than its block can hold: refused before
+        // allocating (4 GiB here).
+        let mut e = E::new(2, 80, 0x2011, &lz);
+        e.uncompressed = 4 << 30;
+        let f = fatbin(&[e.bytes()]);
+        let err = NvFatbin::parse(&f, &Limits::default())
+            .unwrap()
+            .code(0, &Limits::default())
+            .unwrap_err();
+        assert!(err.to_string().contains("more than a"), "{err}");
         // Garbage payloads are errors.
         let mut e = E::new(2, 80, 0x8011, b"\x28\xb5\x2f\xfdzz");
         e.uncompressed = 4096;
