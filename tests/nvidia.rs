@@ -202,6 +202,18 @@ fn rdc_objects_archives_and_linked_files() {
         let linked = cuda.nvcc(&["-arch=sm_80"], output);
         same_as_cuobjdump(&cuda, &linked);
     }
+    // An -rdc executable keeps its objects' __nv_relfatbin beside the linked
+    // .nv_fatbin; cuobjdump (and the loader) read only the linked code.
+    let linked_rdc = cuda.nvcc(&["-rdc=true", "-arch=sm_80"], NvOutput::Executable);
+    let file = MappedFile::open(&linked_rdc).unwrap();
+    let names: Vec<String> = file
+        .offload_sections()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert!(!names.iter().any(|n| n == "__nv_relfatbin"), "{names:?}");
+    same_as_cuobjdump(&cuda, &linked_rdc);
     let fatbin = cuda.nvcc(MULTI, NvOutput::Fatbin);
     same_as_cuobjdump(&cuda, &fatbin);
 }
