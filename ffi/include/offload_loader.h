@@ -4,7 +4,8 @@
  * Link liboffload_loader (shared: -loffload_loader, or static:
  * liboffload_loader.a with -lpthread -ldl -lm) into a program that clang built
  * for HIP (-x hip --offload-arch=...) or OpenMP offload (-fopenmp
- * --offload-arch=...). The registration calls its startup code makes are
+ * --offload-arch=...), or that nvcc built with -cudart none (CUDA 13's
+ * __cudaRegisterFatBinary family). The registration calls its startup code makes are
  * answered here: the program's images are found in memory, the best image for
  * each GPU found on this machine is selected by the target-ID rules, loaded
  * through the HSA runtime or the CUDA driver (lazily at first lookup, or at

@@ -1,8 +1,9 @@
 //! The C ABI of offload-loader.
 //!
 //! Link `liboffload_loader` (shared or static) into a program built by clang for
-//! HIP or OpenMP offload, and the registration calls its startup code makes
-//! (`__hipRegisterFatBinary` and friends, `__tgt_register_lib` and friends) find
+//! HIP or OpenMP offload, or by `nvcc -cudart none`, and the registration calls
+//! its startup code makes (`__hipRegisterFatBinary` and friends,
+//! `__tgt_register_lib` and friends, `__cudaRegisterFatBinary` and friends) find
 //! the program's images, select the best one for each GPU found by
 //! `offload-detect`, load it (lazily by default) and resolve every registered
 //! kernel and variable. A small query API (`offload_loader_*`, see
@@ -12,6 +13,7 @@
 //! failure is recorded as the calling thread's last error. Registration is
 //! thread-safe. Launching kernels is out of scope.
 
+mod cuda;
 mod devices;
 mod error;
 mod hip;

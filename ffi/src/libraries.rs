@@ -23,6 +23,8 @@ use crate::info;
 pub(crate) enum Runtime {
     Hip,
     OpenMp,
+    /// nvcc's `__cudaRegisterFatBinary` (see `cuda.rs`).
+    Cuda,
 }
 
 impl Runtime {
@@ -30,6 +32,7 @@ impl Runtime {
         match self {
             Runtime::Hip => OffloadKind::Hip,
             Runtime::OpenMp => OffloadKind::OpenMp,
+            Runtime::Cuda => OffloadKind::Cuda,
         }
     }
 }

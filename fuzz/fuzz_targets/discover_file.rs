@@ -1,6 +1,6 @@
 //! Whole files as `discover::file` reads them: ELF64 objects, executables and
 //! shared libraries (section headers via the `object` crate), `ar` archives,
-//! raw container files; then every offload section the way `MappedFile::
+//! raw container files, raw cubin / PTX / code-object files; then every offload section the way `MappedFile::
 //! containers` and the registration readers take them, with a 1 MiB cap.
 //!
 //! Invariants: every section found lies within the file; object-file bundle
@@ -34,18 +34,22 @@ fuzz_target!(|data: &[u8]| {
         match s.role {
             SectionRole::Containers => {
                 for c in scan(bytes, &limits).into_iter().flatten() {
+                    let _ = c.is_kernel_less();
                     for i in 0..c.images().len() {
                         let _ = c.image_bytes(i);
                     }
                 }
             }
-            SectionRole::Image => {
-                let c = Container::from_image(bytes, &limits).expect("a section of role Image is an image");
-                assert_eq!(c.image_bytes(0).unwrap().len(), bytes.len());
-            }
             SectionRole::BundleEntry => {
                 let id = s.name.strip_prefix(OBJECT_BUNDLE_PREFIX).expect("named as a bundle entry");
                 bundle_entries.push((id, s.file_offset, s.size));
+            }
+            SectionRole::Image => {
+                if let Ok(c) = Container::from_image(bytes, &limits) {
+                    assert_eq!(c.images().len(), 1);
+                    let code = c.image_bytes(0).expect("a raw image is the whole file");
+                    assert!(code.len() as u64 >= c.images()[0].size);
+                }
             }
             SectionRole::Registration => {
                 let _ = FatbinWrapper::all(bytes).count();

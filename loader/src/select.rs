@@ -32,17 +32,29 @@ pub enum DeviceTarget {
 impl DeviceTarget {
     /// Parses a device as a person writes it: an AMDGPU target ID whose features
     /// are the device's settings (`gfx90a:sramecc+:xnack-`; a feature left out is
-    /// unknown), or an NVIDIA `sm_XY` (no `a`/`f`: those name code, not devices).
+    /// unknown), or an NVIDIA device as `sm_90`, `sm_90a` / `sm_100f` (the
+    /// device of that capability: `a` and `f` name code, and every device runs
+    /// its own arch's `a` code) or its compute capability `9.0`.
     pub fn parse(s: &str) -> Result<DeviceTarget, TargetIdError> {
+        let nvidia = |capability| DeviceTarget::Nvidia {
+            capability,
+            max_ptx: None,
+        };
         if s.starts_with("sm_") {
-            let arch = NvArch::parse(s)?;
-            if arch.variant != ArchVariant::Base {
-                return Err(TargetIdError::BadNvptxArch(s.into()));
+            Ok(nvidia(NvArch::parse(s)?.capability))
+        } else if let Some((major, minor)) = s.split_once('.') {
+            let bad = || TargetIdError::BadNvptxArch(s.into());
+            let number = |d: &str| {
+                (!d.is_empty() && d.len() <= 2 && d.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| d.parse::<u8>().ok())
+                    .flatten()
+            };
+            match (number(major), number(minor)) {
+                (Some(major), Some(minor)) if major > 0 && minor <= 9 => {
+                    Ok(nvidia(ComputeCapability { major, minor }))
+                }
+                _ => Err(bad()),
             }
-            Ok(DeviceTarget::Nvidia {
-                capability: arch.capability,
-                max_ptx: None,
-            })
         } else {
             TargetId::parse(s).map(DeviceTarget::Amdgpu)
         }
@@ -200,9 +212,17 @@ pub enum Rejection {
         device: ComputeCapability,
     },
     /// PTX for a newer device.
-    #[error("PTX for {image} cannot be compiled for the older {device}")]
+    #[error("PTX for {image} cannot be compiled for {}", ptx_target(.image, .device))]
     PtxArch {
         /// The PTX's target.
+        image: NvArch,
+        /// The device.
+        device: ComputeCapability,
+    },
+    /// A Tegra device and a cubin built for another capability.
+    #[error("{image} code does not run on {device}: a Tegra GPU runs only cubins built for exactly its own capability (binary compatibility is desktop only)")]
+    TegraArch {
+        /// The cubin's arch.
         image: NvArch,
         /// The device.
         device: ComputeCapability,
@@ -233,10 +253,33 @@ fn sign(s: FeatureSetting) -> &'static str {
     }
 }
 
+fn ptx_target(image: &NvArch, device: &ComputeCapability) -> String {
+    match image.variant {
+        ArchVariant::Base => format!("the older {device}"),
+        ArchVariant::ArchSpecific => {
+            format!(
+                "{device}: arch-specific PTX compiles only for exactly {}",
+                image.capability
+            )
+        }
+        ArchVariant::FamilySpecific => format!(
+            "{device}: family PTX compiles only for {}",
+            native_range(image)
+        ),
+    }
+}
+
 fn native_range(arch: &NvArch) -> String {
     let cc = arch.capability;
     match arch.variant {
         crate::target::ArchVariant::ArchSpecific => format!("exactly {cc}"),
+        crate::target::ArchVariant::FamilySpecific => {
+            let members: Vec<String> = match cc.family() {
+                [] => vec![cc.to_string()],
+                family => family.iter().map(|sm| format!("sm_{sm}")).collect(),
+            };
+            format!("its family ({})", members.join(", "))
+        }
         _ if cc.minor == 9 => format!("{cc}"),
         _ => format!("{cc} to sm_{}9", cc.major),
     }
@@ -677,6 +720,14 @@ fn check_nvidia(
             }
         }
     } else if !img.runs_natively_on(device) {
+        let desktop_would =
+            img.capability.major == device.major && img.capability.minor <= device.minor;
+        if device.is_tegra() && img.variant == ArchVariant::Base && desktop_would {
+            return Err(Rejection::TegraArch {
+                image: *img,
+                device,
+            });
+        }
         return Err(Rejection::NativeArch {
             image: *img,
             device,
@@ -964,8 +1015,61 @@ mod tests {
     }
 
     #[test]
+    fn cuda_13_variants_and_tegra() {
+        // What nvcc 13.5 writes for -gencode sm_100a, sm_100f, sm_100 plus
+        // compute_90a PTX, on each device.
+        let imgs = nv(&[
+            ("cuda-nvptx64-nvidia-cuda--sm_100a", false),
+            ("cuda-nvptx64-nvidia-cuda--sm_100f", false),
+            ("cuda-nvptx64-nvidia-cuda--sm_90a", true),
+            ("cuda-nvptx64-nvidia-cuda--sm_80", false),
+        ]);
+        let on = |d: &str| select(&DeviceTarget::parse(d).unwrap(), &imgs, &Policy::default());
+        assert_eq!(on("sm_100").chosen, Some(0));
+        assert_eq!(on("sm_103").chosen, Some(1));
+        assert_eq!(
+            on("sm_103").rejected[0].1.to_string(),
+            "sm_100a code runs only on exactly sm_100, the device is sm_103"
+        );
+        // The arch-specific PTX is for 9.0 alone.
+        assert_eq!(on("sm_90").chosen, Some(2));
+        assert_eq!(on("sm_120").chosen, None);
+        assert_eq!(
+            on("sm_120").rejected[1].1.to_string(),
+            "sm_100f code runs only on its family (sm_100, sm_103), the device is sm_120"
+        );
+        assert_eq!(
+            on("sm_120").rejected[2].1.to_string(),
+            "PTX for sm_90a cannot be compiled for sm_120: arch-specific PTX compiles only for exactly sm_90"
+        );
+        // Tegra: an sm_80 cubin is not for Orin (8.7); sm_86 desktop takes it.
+        assert_eq!(on("sm_86").chosen, Some(3));
+        let orin = on("8.7");
+        assert_eq!(orin.chosen, None);
+        assert_eq!(
+            orin.rejected[3].1.to_string(),
+            "sm_80 code does not run on sm_87: a Tegra GPU runs only cubins built for exactly its own capability (binary compatibility is desktop only)"
+        );
+    }
+
+    #[test]
     fn device_parse() {
-        assert!(DeviceTarget::parse("sm_90a").is_err());
+        for (typed, device) in [
+            ("sm_90", "sm_90"),
+            ("sm_90a", "sm_90"),
+            ("9.0", "sm_90"),
+            ("12.1", "sm_121"),
+            ("sm_100f", "sm_100"),
+        ] {
+            assert_eq!(
+                DeviceTarget::parse(typed).unwrap().to_string(),
+                device,
+                "{typed}"
+            );
+        }
+        for bad in ["9.", ".0", "9.10", "0.5", "9.x", "sm_9"] {
+            assert!(DeviceTarget::parse(bad).is_err(), "{bad}");
+        }
         assert!(DeviceTarget::parse("gfx9999").is_err());
         assert_eq!(
             DeviceTarget::parse("gfx90a:xnack-:sramecc+")

@@ -169,7 +169,23 @@ fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], v
             .filter_map(|c| c.images.get(i))
             .map(|im| im.size)
             .sum();
-        let _ = writeln!(out, "    [{i}] {:<48} {:>10}", image.bundle_id, size(each));
+        let code = match (image.code, image.compression) {
+            (Some(code), Some(method)) => format!("  {code}, {method}"),
+            (Some(code), None) => format!("  {code}"),
+            (None, Some(method)) => format!("  {method}"),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "    [{i}] {:<48} {:>10}{code}",
+            image.bundle_id,
+            size(each)
+        );
+    }
+    if first.kernel_less {
+        out.push_str(
+            "    (no kernels: nvlink's device-link stub; no device needs an image from it)\n",
+        );
     }
     for (d, device) in report.devices.iter().enumerate() {
         let targets_vendor = first.images.iter().any(|i| {

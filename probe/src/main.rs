@@ -186,7 +186,7 @@ fn exit_status(report: &report::Report, extract_failed: bool) -> ExitCode {
                     .gpu_vendor()
                     .is_some_and(|v| v.to_string() == device.vendor)
             });
-            targets_vendor && c.selected[d].image.is_none()
+            targets_vendor && c.selected[d].image.is_none() && !c.kernel_less
         })
     });
     ExitCode::from(u8::from(missing))

@@ -159,6 +159,10 @@ pub struct ContainerReport {
     pub selected: Vec<SelectedReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// An NVIDIA fat binary with no kernels (nvlink's `*_dlink` stub): a
+    /// device without an image in it lacks nothing.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kernel_less: bool,
 }
 
 /// A compressed bundle's header.
@@ -187,6 +191,9 @@ pub struct ImageReport {
     /// What the image's own header says it is, when it was read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<&'static str>,
+    /// How an NVIDIA fat-binary entry is compressed: `zstd`, `lz4`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<&'static str>,
 }
 
 /// The outcome for one device in one container.
@@ -271,6 +278,7 @@ pub fn inspect(
             images: Vec::new(),
             selected: Vec::new(),
             error: None,
+            kernel_less: false,
         };
         let mut rows = Vec::new();
         for e in found.containers.iter().filter_map(|c| c.as_ref().err()) {
@@ -315,6 +323,7 @@ fn scope_row(
     row.size = last.offset() + last.len() - first.offset();
     row.containers = (containers.len() > 1).then_some(containers.len());
     row.format = Some(first.format().name());
+    row.kernel_less = containers.iter().all(|c| c.is_kernel_less());
     row.compression = first.compression().map(|h| CompressionReport {
         version: h.version,
         method: h.method.name(),
@@ -397,5 +406,9 @@ fn image_row(path: &Path, c: &Container<'_>, image: &Image, chosen: bool) -> Ima
             .map(|content| content.code)
             .or(image.declared)
             .map(|code| code.name()),
+        compression: c
+            .nv_entry(image.index)
+            .filter(|e| e.is_compressed())
+            .map(|e| e.compression().name()),
     }
 }

@@ -104,7 +104,17 @@ fn exit_status_says_whether_every_device_has_an_image() {
     );
     // Usage errors.
     assert_eq!(probe(&["--device", "gfx9999", lib]).status.code(), Some(2));
-    assert_eq!(probe(&["--device", "sm_90a", lib]).status.code(), Some(2));
+    assert_eq!(probe(&["--device", "sm_9x", lib]).status.code(), Some(2));
+    // What users type for an NVIDIA device: its arch, its a spelling, its capability.
+    for device in ["sm_90a", "9.0"] {
+        assert_eq!(
+            probe(&["--device", "gfx1030", "--device", device, lib])
+                .status
+                .code(),
+            Some(0),
+            "{device}"
+        );
+    }
 }
 
 #[test]
@@ -452,6 +462,113 @@ fn a_pypi_rocm_installation() {
         assert_eq!(
             report["coverage"][d]["objects_without_image"],
             serde_json::json!([])
+        );
+    }
+}
+
+/// The probe's JSON and `--extract --all` on an nvcc 13.5 object with `a`, `f`,
+/// stored, zstd PTX and PTX-only entries: what `cuobjdump` 13.4 dumps and
+/// extracts, entry for entry (PTX written with the NUL the driver needs).
+#[test]
+fn lists_and_extracts_nvcc_output_like_cuobjdump() {
+    let Some(cuda) = support::cuda() else { return };
+    let obj = cuda.nvcc(
+        &[
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90a,code=[sm_90a,compute_90a]",
+            "-gencode",
+            "arch=compute_100f,code=sm_100f",
+            "-gencode",
+            "arch=compute_75,code=compute_75",
+        ],
+        support::NvOutput::Object,
+    );
+    let dir = support::temp_dir();
+    let path = obj.to_str().unwrap();
+    let out = probe(&[
+        "--json",
+        "--device",
+        "sm_103",
+        "--extract",
+        dir.to_str().unwrap(),
+        "--all",
+        path,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let report = json(&out);
+    let images = report["objects"][0]["containers"][0]["images"]
+        .as_array()
+        .unwrap();
+    let ours: Vec<(String, String, bool)> = images
+        .iter()
+        .map(|i| {
+            let kind = match i["code"].as_str().unwrap() {
+                "cubin" => "elf",
+                "ptx" => "ptx",
+                other => panic!("{other}"),
+            };
+            (
+                kind.to_string(),
+                i["target_id"].as_str().unwrap().to_string(),
+                i.get("compression").is_some(),
+            )
+        })
+        .collect();
+    let theirs: Vec<(String, String, bool)> = cuda
+        .cuobjdump_entries(&obj)
+        .into_iter()
+        .map(|e| (e.kind, e.arch.unwrap(), e.compressed))
+        .collect();
+    assert_eq!(ours, theirs);
+    // The sm_103 device gets the family cubin.
+    let selected = &report["objects"][0]["containers"][0]["selected"][0];
+    assert_eq!(
+        images[selected["image"].as_u64().unwrap() as usize]["target_id"],
+        "sm_100f"
+    );
+    // Extraction: the probe's files in image order against cuobjdump's by number.
+    let mut written: Vec<_> = std::fs::read_dir(&*dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    written.sort_by_key(|p| {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        name.split('-').nth(2).unwrap().parse::<usize>().unwrap()
+    });
+    let extracted = cuda.cuobjdump_extract(&obj, "all");
+    for (kind, ext) in [("elf", "cubin"), ("ptx", "ptx")] {
+        let mine: Vec<Vec<u8>> = written
+            .iter()
+            .zip(&ours)
+            .filter(|(_, o)| o.0 == kind)
+            .map(|(p, _)| std::fs::read(p).unwrap())
+            .collect();
+        let theirs: Vec<&Vec<u8>> = extracted
+            .iter()
+            .filter(|e| e.2 == ext)
+            .map(|e| &e.3)
+            .collect();
+        assert_eq!(mine.len(), theirs.len());
+        for (m, t) in mine.iter().zip(theirs) {
+            let m = if kind == "ptx" {
+                &m[..m.len() - 1]
+            } else {
+                &m[..]
+            };
+            assert!(m == &t[..], "{ext}: {} vs {} bytes", m.len(), t.len());
+        }
+    }
+    // What users type for an NVIDIA device.
+    for device in ["sm_90a", "9.0", "sm_90"] {
+        let out = probe(&["--json", "--device", device, path]);
+        let report = json(&out);
+        let chosen = report["objects"][0]["containers"][0]["selected"][0]["image"].as_u64();
+        assert_eq!(
+            images[chosen.unwrap() as usize]["target_id"],
+            "sm_90a",
+            "{device}"
         );
     }
 }

@@ -249,7 +249,7 @@ pub fn unique_name(prefix: &str) -> String {
     )
 }
 
-fn realize(plan: &Plan) -> PathBuf {
+pub fn realize(plan: &Plan) -> PathBuf {
     let key = plan_key(plan);
     let root = cache_root();
     let dir = root.join(&key);

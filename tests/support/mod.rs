@@ -23,6 +23,11 @@
 //!   single code objects, PTX, offload binaries, raw bundles, archives).
 //! - [`ffi`]: programs linked with `liboffload_loader` ([`LinkedProgram`])
 //!   and run against the test-double drivers.
+//! - [`cuda`]: NVIDIA's CUDA 13 `nvcc` and `cuobjdump` and two NVIDIA
+//!   libraries from the PyPI wheels (`.ci/cuda-wheels.sh`): nvcc builds
+//!   through the same cache, `nvcc -cudart none` programs linked with the
+//!   library, what `cuobjdump` dumps, lists and extracts. Missing wheels
+//!   fail under `CI=true` naming the script, else skip.
 //! - [`reference`]: what `clang-offload-bundler`, `llvm-objdump
 //!   --offloading`, `llvm-offload-binary`, `llvm-readobj` and `roc-obj-ls`
 //!   say about a file.
@@ -40,6 +45,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod build;
+pub mod cuda;
 pub mod ffi;
 pub mod hip;
 pub mod openmp;
@@ -50,6 +56,7 @@ pub mod tools;
 use std::path::{Path, PathBuf};
 
 pub use build::*;
+pub use cuda::*;
 pub use ffi::*;
 pub use hip::*;
 pub use openmp::*;

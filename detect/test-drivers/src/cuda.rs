@@ -66,6 +66,17 @@ thread_local! {
     static STACK: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Runs `f` on this thread's context stack; `None` once the thread's locals
+/// are destroyed (at process exit, `atexit` handlers such as nvcc's
+/// `__cudaUnregisterBinaryUtil` run after them), where the real driver
+/// answers `CUDA_ERROR_DEINITIALIZED`.
+fn with_stack<T>(f: impl FnOnce(&mut Vec<usize>) -> T) -> Option<T> {
+    STACK.try_with(|s| f(&mut s.borrow_mut())).ok()
+}
+
+/// `CUDA_ERROR_DEINITIALIZED`.
+const DEINITIALIZED: c_int = 4;
+
 /// How many times each physical device's primary context is retained.
 static RETAINS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
@@ -77,8 +88,8 @@ fn context_device(ctx: *mut c_void) -> Option<c_int> {
 
 /// The device of the context current on this thread.
 fn current_device() -> Option<c_int> {
-    STACK
-        .with(|s| s.borrow().last().copied())
+    with_stack(|s| s.last().copied())
+        .flatten()
         .and_then(|ctx| context_device(ctx as *mut c_void))
 }
 
@@ -297,18 +308,16 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
 #[no_mangle]
 pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> c_int {
     if ctx.is_null() {
-        STACK.with(|s| s.borrow_mut().pop());
-        return SUCCESS;
+        return with_stack(|s| s.pop()).map_or(DEINITIALIZED, |_| SUCCESS);
     }
     if context_device(ctx).is_none() {
         return INVALID_CONTEXT;
     }
-    STACK.with(|s| {
-        let mut stack = s.borrow_mut();
+    with_stack(|stack| {
         stack.pop();
         stack.push(ctx as usize);
-    });
-    SUCCESS
+    })
+    .map_or(DEINITIALIZED, |_| SUCCESS)
 }
 
 /// `cuCtxPushCurrent` since CUDA 4.0.
@@ -317,14 +326,16 @@ pub extern "C" fn cuCtxPushCurrent_v2(ctx: *mut c_void) -> c_int {
     if context_device(ctx).is_none() {
         return INVALID_CONTEXT;
     }
-    STACK.with(|s| s.borrow_mut().push(ctx as usize));
-    SUCCESS
+    with_stack(|s| s.push(ctx as usize)).map_or(DEINITIALIZED, |_| SUCCESS)
 }
 
 /// `cuCtxPopCurrent` since CUDA 4.0.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxPopCurrent_v2(ctx: *mut *mut c_void) -> c_int {
-    let Some(top) = STACK.with(|s| s.borrow_mut().pop()) else {
+    let Some(popped) = with_stack(|s| s.pop()) else {
+        return DEINITIALIZED;
+    };
+    let Some(top) = popped else {
         return INVALID_CONTEXT;
     };
     // SAFETY: an out-pointer, may be null (cuda.h).
@@ -338,7 +349,7 @@ pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut *mut c_void) -> c_int {
     if ctx.is_null() {
         return INVALID_VALUE;
     }
-    let top = STACK.with(|s| s.borrow().last().copied()).unwrap_or(0);
+    let top = with_stack(|s| s.last().copied()).flatten().unwrap_or(0);
     // SAFETY: an out-pointer, checked not null.
     unsafe { *ctx = top as *mut c_void };
     SUCCESS

@@ -8,7 +8,7 @@ use crate::image::{CodeKind, Content, Image};
 use crate::limits::Limits;
 use crate::nv_fatbin::{self, NvFatbin};
 use crate::offload_binary::{image_kind, OffloadBinary, OffloadEntry};
-use crate::target::{Arch, OffloadKind, Triple, Vendor};
+use crate::target::{Arch, OffloadKind, PtxVersion, Triple, Vendor};
 
 /// Images from bundle entries: (entry ID, offset, size).
 pub(super) fn from_bundle<'b>(
@@ -77,15 +77,22 @@ pub(super) fn from_offload_binary(bin: &OffloadBinary<'_>) -> Vec<Image> {
         .collect()
 }
 
-/// Images of an NVIDIA fat binary: kind `cuda`, triple `nvptx64-nvidia-cuda`,
-/// arch `sm_XY`. The size of a compressed image is its uncompressed size.
-pub(super) fn from_nv_fatbin(fatbin: &NvFatbin<'_>) -> Vec<Image> {
+/// Images of an NVIDIA fat binary, each with the index of its entry: kind
+/// `cuda`, triple `nvptx64-nvidia-cuda`, arch `sm_XY` with the variant the
+/// entry flags record (`sm_90a`, `sm_100f`). A `--concat` group is not an
+/// image; its members are. The size is the exact size of the code where known
+/// (uncompressed; PTX with its NUL), else the padded size (group members).
+/// PTX entries carry their PTX ISA version (the entry's code version) as
+/// content, so a compressed one need not be inflated to be checked.
+pub(super) fn from_nv_fatbin(fatbin: &NvFatbin<'_>) -> (Vec<Image>, Vec<usize>) {
     let triple = Triple::parse("nvptx64-nvidia-cuda");
     fatbin
         .entries()
         .iter()
         .enumerate()
-        .map(|(index, e)| {
+        .filter(|(_, e)| e.kind != nv_fatbin::kind::CONCAT)
+        .enumerate()
+        .map(|(index, (entry, e))| {
             let arch = e.arch();
             let name = arch.map(|a| a.to_string()).unwrap_or_default();
             let id = Image::bundle_style_id(&OffloadKind::Cuda, &triple, &name);
@@ -96,17 +103,54 @@ pub(super) fn from_nv_fatbin(fatbin: &NvFatbin<'_>) -> Vec<Image> {
                 triple.clone(),
                 arch.map_or(Arch::None, Arch::Nvptx),
             );
-            image.declared = Some(match e.kind {
+            let declared = match e.kind {
                 nv_fatbin::kind::PTX => CodeKind::Ptx,
                 nv_fatbin::kind::ELF => CodeKind::Cubin,
                 _ => CodeKind::Unknown,
-            });
+            };
+            image.declared = Some(declared);
+            if declared == CodeKind::Ptx && (e.is_compressed() || e.group.is_some()) {
+                image.content = Some(Content {
+                    code: CodeKind::Ptx,
+                    arch: arch.map(Arch::Nvptx),
+                    generic_version: None,
+                    ptx_version: Some(PtxVersion {
+                        major: e.code_version.0.min(255) as u8,
+                        minor: e.code_version.1.min(255) as u8,
+                    }),
+                });
+            }
             image.offset = e.offset;
-            image.size = e.uncompressed_size.unwrap_or(e.size);
+            image.size = e.exact_size.unwrap_or(e.stored_size);
             image.compressed = e.is_compressed();
-            image
+            (image, entry)
         })
-        .collect()
+        .unzip()
+}
+
+/// The one image a raw file is (`nvcc -cubin`, `nvcc -ptx`, a code object),
+/// named by its own header: kind `cuda` for NVIDIA code, `hip` for AMDGPU.
+pub(super) fn from_raw_image(data: &[u8]) -> Image {
+    let mut content = Content::read(data);
+    if let Some(Arch::Nvptx(arch)) = &mut content.arch {
+        if content.code == CodeKind::Cubin
+            && crate::image::cubin::compat_arch_specific(data) == Some(true)
+        {
+            arch.variant = crate::target::ArchVariant::ArchSpecific;
+        }
+    }
+    let arch = content.arch.clone().unwrap_or(Arch::None);
+    let (kind, triple) = match arch.vendor() {
+        Some(Vendor::Amd) => (OffloadKind::Hip, "amdgcn-amd-amdhsa"),
+        _ => (OffloadKind::Cuda, "nvptx64-nvidia-cuda"),
+    };
+    let triple = Triple::parse(triple);
+    let id = Image::bundle_style_id(&kind, &triple, &arch.to_string());
+    let mut image = Image::new(0, id, kind, triple, arch);
+    image.declared = Some(content.code);
+    image.size = data.len() as u64;
+    image.content = Some(content);
+    image
 }
 
 /// One image of an OpenMP binary descriptor (`__tgt_device_image`): an

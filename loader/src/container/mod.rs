@@ -101,6 +101,8 @@ pub struct Container<'a> {
     limits: Limits,
     data: &'a [u8],
     inflated: OnceLock<std::result::Result<Vec<u8>, Error>>,
+    /// For an NVIDIA fat binary: its entries, and each image's entry index.
+    nv: Option<Box<(NvFatbin<'a>, Vec<usize>)>>,
 }
 
 // Shared by the runtime's registry across threads.
@@ -124,6 +126,7 @@ impl<'a> Container<'a> {
                 what: "offload container (bundle, CCOB, offload binary or NVIDIA fat binary)",
             },
         ))?;
+        let mut nv = None;
         let (len, compression, images) = match format {
             Format::Bundle => {
                 let bundle = Bundle::parse(data, limits)?;
@@ -141,7 +144,10 @@ impl<'a> Container<'a> {
             }
             Format::NvFatbin => {
                 let fatbin = NvFatbin::parse(data, limits)?;
-                (fatbin.len(), None, images::from_nv_fatbin(&fatbin))
+                let (images, entries) = images::from_nv_fatbin(&fatbin);
+                let len = fatbin.len();
+                nv = Some(Box::new((fatbin, entries)));
+                (len, None, images)
             }
             Format::TextBundle => {
                 let text = TextBundle::parse(data, limits)?;
@@ -171,6 +177,7 @@ impl<'a> Container<'a> {
             limits: *limits,
             data: &data[..len as usize],
             inflated: OnceLock::new(),
+            nv,
         })
     }
 
@@ -203,6 +210,34 @@ impl<'a> Container<'a> {
             limits: *limits,
             data: &file[start as usize..end as usize],
             inflated: OnceLock::new(),
+            nv: None,
+        })
+    }
+
+    /// The container of the one image that `data` (a whole file: a cubin,
+    /// PTX text, an AMDGPU code object) is, named by its own header. PTX
+    /// without its terminating NUL gets one in [`Container::image_bytes`]
+    /// (the CUDA driver needs it).
+    pub fn from_image(data: &'a [u8], limits: &Limits) -> Result<Container<'a>> {
+        let image = images::from_raw_image(data);
+        if image.arch == crate::target::Arch::None {
+            return Err(Error::new(
+                0,
+                ErrorKind::Malformed {
+                    what: "image file",
+                    why: "its header names no GPU architecture",
+                },
+            ));
+        }
+        Ok(Container {
+            offset: 0,
+            format: Format::Image,
+            compression: None,
+            images: vec![image],
+            limits: *limits,
+            data,
+            inflated: OnceLock::new(),
+            nv: None,
         })
     }
 
@@ -241,38 +276,7 @@ impl<'a> Container<'a> {
             limits: *limits,
             data: &file[start as usize..end as usize],
             inflated: OnceLock::new(),
-        })
-    }
-
-    /// The container of one image file: an AMDGPU code object, a cubin or PTX
-    /// text, named by its own header as the ISA name the runtimes print
-    /// (`amdgcn-amd-amdhsa--gfx90a:xnack-`, `nvptx64-nvidia-cuda--sm_90a`).
-    /// `None` for any other bytes.
-    pub fn from_image(data: &'a [u8], limits: &Limits) -> Option<Container<'a>> {
-        let content = Content::read(data);
-        let triple = match content.code {
-            CodeKind::AmdgpuElf => "amdgcn-amd-amdhsa",
-            CodeKind::Cubin | CodeKind::Ptx => "nvptx64-nvidia-cuda",
-            _ => return None,
-        };
-        let triple = crate::target::Triple::parse(triple);
-        let arch = content.arch.clone().unwrap_or(crate::target::Arch::None);
-        let id = format!(
-            "{}-{}-{}-{}-{arch}",
-            triple.arch, triple.vendor, triple.os, triple.env
-        );
-        let mut image = Image::new(0, id, crate::target::OffloadKind::None, triple, arch);
-        image.declared = Some(content.code);
-        image.size = data.len() as u64;
-        image.content = Some(content);
-        Some(Container {
-            offset: 0,
-            format: Format::Image,
-            compression: None,
-            images: vec![image],
-            limits: *limits,
-            data,
-            inflated: OnceLock::new(),
+            nv: None,
         })
     }
 
@@ -312,14 +316,53 @@ impl<'a> Container<'a> {
         &self.images
     }
 
+    /// For an NVIDIA fat binary: the entry image `index` comes from (its
+    /// compression, flags, group), with offsets from the container's start.
+    pub fn nv_entry(&self, index: usize) -> Option<&crate::nv_fatbin::Entry> {
+        let (fatbin, entries) = &**self.nv.as_ref()?;
+        fatbin.entries().get(*entries.get(index)?)
+    }
+
+    /// Whether this is an NVIDIA fat binary without kernels: every entry a
+    /// cubin with no code section, as nvlink's device-link stub (`*_dlink`)
+    /// that CUDA 13 `nvcc` links into every executable. Such a container
+    /// lacking an image for a device is not a device lacking code. Stored
+    /// cubins are read in place; a compressed one is inflated only if it
+    /// declares at most 64 KiB (a stub is about 1.5 KiB), and the check stops
+    /// at the first entry that is not a kernel-less cubin.
+    pub fn is_kernel_less(&self) -> bool {
+        let Some(nv) = &self.nv else {
+            return false;
+        };
+        let fatbin = &nv.0;
+        !fatbin.is_empty()
+            && fatbin.entries().iter().enumerate().all(|(i, e)| {
+                e.kind == crate::nv_fatbin::kind::ELF
+                    && e.group.is_none()
+                    && e.exact_size.is_some_and(|n| n <= 64 << 10)
+                    && fatbin
+                        .code(i, &self.limits)
+                        .is_ok_and(|code| crate::image::cubin::has_code(&code) == Some(false))
+            })
+    }
+
+    /// For an NVIDIA fat binary: the parsed fat binary.
+    pub fn nv_fatbin(&self) -> Option<&NvFatbin<'a>> {
+        self.nv.as_ref().map(|nv| &nv.0)
+    }
+
     /// The bytes of image `index`: borrowed from the container when stored
     /// plainly; for a compressed bundle, borrowed from the bundle inflated once
     /// (within the [`Limits`] given at parse, hash checked) and kept, so
-    /// every image of it is served from one inflation.
+    /// every image of it is served from one inflation; for an NVIDIA fat
+    /// binary, only this entry (or its `--concat` group) is inflated.
     pub fn image_bytes(&self, index: usize) -> Result<Cow<'_, [u8]>> {
         let image = self.image(index)?;
+        if let Some(code) = self.nv_code(index) {
+            return code;
+        }
         if !image.compressed {
-            return self.stored(image).map(Cow::Borrowed);
+            return self.stored(image);
         }
         let ccob = self.ccob(image)?;
         let inflated = self
@@ -338,8 +381,11 @@ impl<'a> Container<'a> {
     /// out one image of each of many bundles holds one bundle at a time.
     pub fn take_image(&self, index: usize) -> Result<Cow<'a, [u8]>> {
         let image = self.image(index)?;
+        if let Some(code) = self.nv_code(index) {
+            return code;
+        }
         if !image.compressed {
-            return self.stored(image).map(Cow::Borrowed);
+            return self.stored(image);
         }
         let mut inflated = self
             .ccob(image)?
@@ -363,11 +409,31 @@ impl<'a> Container<'a> {
         ))
     }
 
-    /// A plain image's bytes in the container.
-    fn stored(&self, image: &Image) -> Result<&'a [u8]> {
-        Bytes(self.data)
+    /// For an NVIDIA fat binary, entry `index`'s code (inflated when compressed).
+    fn nv_code(&self, index: usize) -> Option<Result<Cow<'a, [u8]>>> {
+        let (fatbin, entries) = &**self.nv.as_ref()?;
+        Some(
+            fatbin
+                .code(entries[index], &self.limits)
+                .map_err(|e| e.at(self.offset)),
+        )
+    }
+
+    /// A plain image's bytes in the container; PTX of a raw file without its
+    /// terminating NUL gets one (the CUDA driver needs it).
+    fn stored(&self, image: &Image) -> Result<Cow<'a, [u8]>> {
+        let bytes = Bytes(self.data)
             .slice(image.offset, image.size, "image")
-            .map_err(|e| e.at(self.offset))
+            .map_err(|e| e.at(self.offset))?;
+        if self.format == Format::Image
+            && image.declared == Some(CodeKind::Ptx)
+            && bytes.last() != Some(&0)
+        {
+            let mut text = bytes.to_vec();
+            text.push(0);
+            return Ok(Cow::Owned(text));
+        }
+        Ok(Cow::Borrowed(bytes))
     }
 
     /// The compressed bundle a compressed image is in.
@@ -376,8 +442,8 @@ impl<'a> Container<'a> {
             Error::new(
                 image.offset,
                 ErrorKind::Malformed {
-                    what: "NVIDIA fat binary entry",
-                    why: "compressed entry not supported",
+                    what: "compressed image",
+                    why: "its container has no compressed payload",
                 },
             )
             .at(self.offset)
@@ -679,10 +745,21 @@ mod tests {
         assert_eq!(images[1].declared, Some(CodeKind::Ptx));
         assert_eq!(images[1].arch.to_string(), "sm_90");
         assert!(images[2].compressed);
-        assert_eq!(images[2].size, 4096);
+        assert_eq!(images[2].size, 122);
         assert_eq!(images[2].arch.to_string(), "sm_100");
         assert_eq!(c.image_bytes(0).unwrap().len() as u64, images[0].size);
-        assert!(c.image_bytes(2).is_err());
+        assert_eq!(c.image_bytes(2).unwrap().len(), 122);
+        assert_eq!(c.nv_entry(2).unwrap().sm, 100);
+        // A --concat group is not an image; its members are, with their variant.
+        let data = crate::nv_fatbin::tests::concat_group();
+        let c = Container::parse(&data, &Limits::default()).unwrap();
+        let ids: Vec<String> = c.images().iter().map(|i| i.arch.to_string()).collect();
+        assert_eq!(ids, ["sm_80", "sm_90a"]);
+        assert_eq!(
+            &c.image_bytes(1).unwrap()[..],
+            &crate::nv_fatbin::tests::elf122()[..]
+        );
+        assert!(c.read_content(1).is_none());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use object::read::elf::{FileHeader, SectionHeader};
 use object::{Endianness, FileKind};
 
 use super::{
-    FileError, FileErrorKind, OffloadSection, SectionRole, CONTAINER_SECTIONS,
+    FileError, FileErrorKind, OffloadSection, SectionRole, CONTAINER_SECTIONS, NV_RELFATBIN,
     OBJECT_BUNDLE_PREFIX, REGISTRATION_SECTIONS, SHT_LLVM_OFFLOADING,
 };
 use crate::container::{self, Container, Format, Scope};
@@ -145,10 +145,7 @@ pub fn containers<'a>(
             let start = section.file_offset as usize;
             let bytes = &data[start..start + section.size as usize];
             let containers = if section.role == SectionRole::Image {
-                Container::from_image(bytes, limits)
-                    .map(Ok)
-                    .into_iter()
-                    .collect()
+                vec![Container::from_image(bytes, limits)]
             } else {
                 container::scan(bytes, limits)
             };
@@ -307,6 +304,9 @@ fn elf_sections(
     let header = FileHeader64::<Endianness>::parse(data).map_err(object_error(base))?;
     let endian = header.endian().map_err(object_error(base))?;
     let sections = header.sections(endian, data).map_err(object_error(base))?;
+    // `__nv_relfatbin` holds the relocatable device code of an `nvcc -rdc`
+    // object; linked files keep it too, but cuobjdump ignores it there.
+    let relocatable = header.e_type(endian) == object::elf::ET_REL;
     let mut out = Vec::new();
     for header in sections.iter() {
         let name = sections
@@ -315,6 +315,7 @@ fn elf_sections(
         let name = String::from_utf8_lossy(name);
         let role = if CONTAINER_SECTIONS.contains(&name.as_ref())
             || header.sh_type(endian) == SHT_LLVM_OFFLOADING
+            || (relocatable && name == NV_RELFATBIN)
         {
             SectionRole::Containers
         } else if REGISTRATION_SECTIONS.contains(&name.as_ref()) {
@@ -333,7 +334,7 @@ fn elf_sections(
             .is_none_or(|end| end > data.len() as u64)
         {
             return Err(FileErrorKind::Object {
-                offset: base + offset,
+                offset: base.saturating_add(offset),
                 message: format!("section {name} lies past the end of the file"),
             });
         }
@@ -389,4 +390,29 @@ fn archive_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKind> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_far_past_the_end_are_errors_not_panics() {
+        // A fuzzer's find: a section offset near 2^64 overflowed the error's offset.
+        let data =
+            include_bytes!("../../../fuzz/regressions/discover_file/panic-section-offset-overflow");
+        assert!(offload_sections(data).is_err());
+    }
+
+    #[test]
+    fn raw_cubin_and_ptx_files_are_images() {
+        let ptx = b"//\n.version 9.5\n.target sm_80\n.address_size 64\n";
+        let s = offload_sections(ptx).unwrap();
+        assert_eq!((s[0].role, s[0].name.as_str()), (SectionRole::Image, "ptx"));
+        let c = Container::from_image(ptx, &Limits::default()).unwrap();
+        assert_eq!(c.images()[0].arch.to_string(), "sm_80");
+        // The driver gets the text with its NUL.
+        assert_eq!(c.image_bytes(0).unwrap().last(), Some(&0));
+        assert!(offload_sections(b"just text").is_err());
+    }
 }

@@ -52,6 +52,11 @@ pub enum SectionRole {
     Image,
 }
 
+/// The section of relocatable device code in `nvcc -rdc=true -c` objects: NVIDIA
+/// fat binaries, read (as `cuobjdump` reads it) in relocatable objects and
+/// archive members only; in linked files its code is already in `.nv_fatbin`.
+pub const NV_RELFATBIN: &str = "__nv_relfatbin";
+
 /// A section (or a whole raw file) that holds offload data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffloadSection {

@@ -108,6 +108,81 @@ pub fn arch_from_flags(abi_version: u8, flags: u32) -> Result<NvArch> {
     })
 }
 
+/// Whether a whole cubin's `.nv.compat` section marks it arch-specific
+/// (`sm_90a`): `None` when the cubin has no such section or it cannot be read.
+///
+/// CUDA 13.5 `nvcc -cubin -arch=sm_90a` writes the same `e_flags` as for
+/// `sm_90` (0x6005a04; not [`EF_CUDA_ACCELERATORS`]), and the two cubins differ
+/// only in their `-arch` note and in `.nv.compat`, a list of attributes
+/// like `.nv.info`'s: u8 format, u8 attribute, then for formats 1–3 two bytes,
+/// for format 4 a u16 size and that many bytes. Attribute 9 is 1 for `sm_XYa`
+/// and 0 otherwise (checked on sm_90/90a, sm_100/100a/100f, sm_120a cubins;
+/// `cuobjdump -lelf` names the file `sm_90a` accordingly). `sm_100f` and
+/// `sm_100` cubins are byte-identical here: nothing in a cubin records `f`.
+/// Reads the section headers, which lie at the cubin's end.
+pub fn compat_arch_specific(data: &[u8]) -> Option<bool> {
+    let (_, body) = sections(data)?
+        .into_iter()
+        .find(|(name, _)| *name == ".nv.compat")?;
+    let mut pos = 0usize;
+    while pos + 4 <= body.len() {
+        let (format, attribute) = (body[pos], body[pos + 1]);
+        if attribute == 9 && (1..=3).contains(&format) {
+            return Some(body[pos + 2] == 1);
+        }
+        pos += match format {
+            1..=3 => 4,
+            4 => 4 + usize::from(u16::from_le_bytes([body[pos + 2], body[pos + 3]])),
+            _ => return None,
+        };
+    }
+    Some(false)
+}
+
+/// Whether a whole cubin holds code: a `.text.<function>` section (`ptxas`
+/// names each function's code so). nvlink's device-link stub, which CUDA 13
+/// `nvcc` links into every executable as a fat binary of its own, has none.
+/// `None` when the section headers cannot be read.
+pub fn has_code(data: &[u8]) -> Option<bool> {
+    Some(
+        sections(data)?
+            .iter()
+            .any(|(name, body)| name.starts_with(".text.") && !body.is_empty()),
+    )
+}
+
+/// The named sections of a little-endian ELF64 (their bytes; empty for
+/// `SHT_NOBITS`), or `None` if any header or name is out of bounds.
+fn sections(data: &[u8]) -> Option<Vec<(&str, &[u8])>> {
+    let b = crate::read::Bytes(data);
+    let shoff = b.u64(0x28, "").ok()?;
+    let shentsize = u64::from(b.u16(0x3a, "").ok()?);
+    let shnum = u64::from(b.u16(0x3c, "").ok()?);
+    let shstrndx = u64::from(b.u16(0x3e, "").ok()?);
+    // The whole table lies in the file, so every field offset below does too
+    // and no sum overflows (a fuzzer's find: shoff near 2^64).
+    if shentsize < 64 || shstrndx >= shnum || shoff.checked_add(shnum * shentsize)? > b.len() {
+        return None;
+    }
+    let header = |i: u64| shoff + i * shentsize;
+    let strtab = b.u64(header(shstrndx) + 24, "").ok()?;
+    let mut out = Vec::new();
+    for i in 0..shnum {
+        let at = header(i);
+        let name = b.u32(at, "").ok()?;
+        let name = b.c_str(strtab.checked_add(name.into())?, "").ok()?;
+        const SHT_NOBITS: u32 = 8;
+        let body = if b.u32(at + 4, "").ok()? == SHT_NOBITS {
+            &[][..]
+        } else {
+            b.slice(b.u64(at + 24, "").ok()?, b.u64(at + 32, "").ok()?, "")
+                .ok()?
+        };
+        out.push((name, body));
+    }
+    Some(out)
+}
+
 impl Cubin {
     /// Decodes identifying fields already read from an ELF64 header.
     fn from_ident(ident: &ElfIdent) -> Result<Cubin> {
@@ -193,6 +268,16 @@ mod tests {
         assert_eq!(arch(8, sm(EF_CUDA_SM90)), "sm_90");
         let c = parse_header(&header(8, sm(EF_CUDA_SM100))).unwrap();
         assert_eq!((c.address_64, c.virtual_sm), (None, None));
+    }
+
+    #[test]
+    fn section_walk_refuses_tables_past_the_end() {
+        // A fuzzer's find: e_shoff near 2^64 overflowed the field offsets.
+        let data = include_bytes!(
+            "../../../fuzz/regressions/discover_file/panic-cubin-section-table-overflow"
+        );
+        assert_eq!(compat_arch_specific(data), None);
+        assert_eq!(has_code(data), None);
     }
 
     #[test]

@@ -28,6 +28,36 @@ impl ComputeCapability {
     pub fn sm(self) -> u32 {
         u32::from(self.major) * 10 + u32::from(self.minor)
     }
+
+    /// Whether this is a Tegra (Jetson, DRIVE) GPU, where a cubin runs only on
+    /// exactly the capability it was built for: binary compatibility across
+    /// minor versions "is supported only for the desktop. It is not supported
+    /// for Tegra" (CUDA C++ Programming Guide, "Binary Compatibility"). The
+    /// Tegra capabilities are those of the guide's compute-capability table and
+    /// NVIDIA's Jetson/DRIVE pages: 3.2 (K1), 5.3 (TX1/Nano), 6.2 (TX2),
+    /// 7.2 (Xavier), 8.7 (Orin), 10.1 (Thor, CUDA 12.8–12.9) and 11.0 (Thor
+    /// from CUDA 13).
+    pub fn is_tegra(self) -> bool {
+        matches!(self.sm(), 32 | 53 | 62 | 72 | 87 | 101 | 110)
+    }
+
+    /// The capabilities a family-specific `sm_XYf` cubin or `compute_XYf` PTX
+    /// runs on: the table "Family-specific compatibility" of the CUDA C++
+    /// Programming Guide (12.9 and 13.0, "Feature Availability"): sm_100f on
+    /// 10.0 and 10.3, sm_103f on 10.3, sm_101f on 10.1, sm_110f on 11.0,
+    /// sm_120f on 12.0 and 12.1, sm_121f on 12.1. A family the table does not
+    /// name is taken to be this capability alone.
+    pub fn family(self) -> &'static [u32] {
+        match self.sm() {
+            100 => &[100, 103],
+            103 => &[103],
+            101 => &[101],
+            110 => &[110],
+            120 => &[120, 121],
+            121 => &[121],
+            _ => &[],
+        }
+    }
 }
 
 impl fmt::Display for ComputeCapability {
@@ -85,22 +115,35 @@ impl NvArch {
         })
     }
 
-    /// Whether native code (a cubin) for this arch runs on a device of capability `device`.
+    /// Whether native code (a cubin) for this arch runs on a device of
+    /// capability `device` (CUDA C++ Programming Guide, "Binary
+    /// Compatibility" and "Feature Availability"): `sm_XY` on the same major
+    /// with minor ≥ Y, on the desktop only ([`ComputeCapability::is_tegra`]:
+    /// exactly X.Y there); `sm_XYa` on exactly X.Y; `sm_XYf` on its family
+    /// ([`ComputeCapability::family`]).
     pub fn runs_natively_on(&self, device: ComputeCapability) -> bool {
         let cc = self.capability;
         match self.variant {
             ArchVariant::ArchSpecific => device == cc,
-            ArchVariant::Base | ArchVariant::FamilySpecific => {
-                device.major == cc.major && device.minor >= cc.minor
-            }
+            ArchVariant::FamilySpecific => device == cc || cc.family().contains(&device.sm()),
+            ArchVariant::Base if device.is_tegra() => device == cc,
+            ArchVariant::Base => device.major == cc.major && device.minor >= cc.minor,
         }
     }
 
-    /// Whether PTX for this arch can be JIT-compiled for a device of capability `device`.
+    /// Whether PTX for this arch can be JIT-compiled for a device of
+    /// capability `device`: `compute_XY` on any device ≥ X.Y (desktop and
+    /// Tegra alike), arch-specific `compute_XYa` only on exactly X.Y, and
+    /// family `compute_XYf` only on its family (PTX ISA, "Target ISA notes":
+    /// `a` and `f` targets are not forward compatible). Whether the driver
+    /// takes the PTX's `.version` is checked apart.
     pub fn jits_on(&self, device: ComputeCapability) -> bool {
         match self.variant {
             ArchVariant::Base => device >= self.capability,
-            _ => self.runs_natively_on(device),
+            ArchVariant::ArchSpecific => device == self.capability,
+            ArchVariant::FamilySpecific => {
+                device == self.capability || self.capability.family().contains(&device.sm())
+            }
         }
     }
 }
@@ -183,6 +226,25 @@ mod tests {
         let sm100f = NvArch::parse("sm_100f").unwrap();
         assert!(sm100f.runs_natively_on(cc(103)));
         assert!(!sm100f.runs_natively_on(cc(120)));
+        // Thor (10.1 in CUDA 12.9) is not in the sm_100 family.
+        assert!(!sm100f.runs_natively_on(cc(101)));
+        assert!(sm100f.jits_on(cc(103)) && !sm100f.jits_on(cc(110)));
+        let sm120f = NvArch::parse("sm_120f").unwrap();
+        assert!(sm120f.runs_natively_on(cc(121)));
+        assert!(!NvArch::parse("sm_121f").unwrap().runs_natively_on(cc(120)));
+        assert!(!NvArch::parse("sm_90a").unwrap().jits_on(cc(120)));
+    }
+
+    #[test]
+    fn tegra_needs_its_exact_cubin_but_takes_ptx() {
+        let sm80 = NvArch::parse("sm_80").unwrap();
+        assert!(cc(87).is_tegra() && !cc(86).is_tegra());
+        assert!(!sm80.runs_natively_on(cc(87)));
+        assert!(sm80.runs_natively_on(cc(86)));
+        assert!(NvArch::parse("sm_87").unwrap().runs_natively_on(cc(87)));
+        assert!(!NvArch::parse("sm_70").unwrap().runs_natively_on(cc(72)));
+        assert!(sm80.jits_on(cc(87)));
+        assert!(!NvArch::parse("sm_100").unwrap().runs_natively_on(cc(101)));
     }
 
     #[test]

@@ -1,0 +1,322 @@
+//! The CUDA registration ABI that `nvcc`'s generated host code calls, so a
+//! program built with `nvcc -cudart none` and linked with this library
+//! registers, selects and resolves its kernels here (HIP on NVIDIA compiles
+//! through `nvcc` too).
+//!
+//! The symbols are those an `nvcc -c` object of CUDA 13.5 leaves undefined
+//! (`nm`): `__cudaRegisterFatBinary`, `__cudaRegisterFatBinaryEnd`,
+//! `__cudaRegisterFunction`, `__cudaRegisterVar`, `__cudaUnregisterFatBinary`
+//! (the module constructor `__sti____cudaRegisterAll` and the `atexit`
+//! destructor), and `__cudaPushCallConfiguration`, `__cudaPopCallConfiguration`,
+//! `__cudaGetKernel`, `__cudaLaunchKernel` (every kernel's host stub). Their
+//! signatures are those of CUDA's `crt/host_runtime.h` and of clang's
+//! `CGCUDANV.cpp`, which emits the same calls. The handle `nvcc` stores
+//! (`__cudaFatCubinHandle`) is a heap cell holding this library's id.
+//!
+//! Launching is out of scope, as for HIP: `__cudaGetKernel` resolves a host
+//! stub to its `CUfunction` on device 0 (what the driver's `cuLaunchKernel`
+//! takes), and `__cudaLaunchKernel` answers `cudaErrorNotSupported` (801).
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+
+use offload_loader::discover::process;
+use offload_loader::registration::{FatbinWrapper, WrapperKind};
+use offload_loader::{Container, Limits};
+
+use crate::libraries::{self, Images, Runtime, Symbol, SymbolKind};
+use crate::{guard, set_last_error};
+
+/// `void **` as `nvcc` stores it in `__cudaFatCubinHandle`.
+type Handle = *mut *mut c_void;
+
+/// `cudaErrorInvalidDeviceFunction`: no kernel registered for a host stub.
+const CUDA_ERROR_INVALID_DEVICE_FUNCTION: c_int = 98;
+/// `cudaErrorNotSupported`.
+const CUDA_ERROR_NOT_SUPPORTED: c_int = 801;
+/// `cudaErrorMissingConfiguration`: pop without a push.
+const CUDA_ERROR_MISSING_CONFIGURATION: c_int = 52;
+
+fn new_handle(id: usize) -> Handle {
+    Box::into_raw(Box::new(id as *mut c_void))
+}
+
+fn handle_id(handle: *const c_void) -> Option<usize> {
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: every non-null handle nvcc's code passes back is the value
+    // `__cudaRegisterFatBinary` returned, a `new_handle` cell.
+    let id = unsafe { *(handle as *const *mut c_void) } as usize;
+    (id != usize::MAX).then_some(id)
+}
+
+fn c_name(p: *const c_char) -> Option<String> {
+    // SAFETY: nvcc passes pointers to NUL-terminated names in the binary's
+    // read-only data, or null.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Registers the fat binary behind `wrapper` (`__fatBinC_Wrapper_t` in
+/// `.nvFatBinSegment`: magic `0x466243b1`, version, pointer to the fat binary
+/// in `.nv_fatbin`). Only the entry selected for a device is ever inflated.
+#[no_mangle]
+pub extern "C" fn __cudaRegisterFatBinary(wrapper: *mut c_void) -> Handle {
+    let id = guard(usize::MAX, || match register(wrapper as usize) {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::warn!("{e}");
+            eprintln!("offload-loader: {e}");
+            set_last_error(e);
+            usize::MAX
+        }
+    });
+    new_handle(id)
+}
+
+fn register(wrapper: usize) -> Result<usize, String> {
+    let (object, span) = process::span_containing(wrapper)
+        .ok_or_else(|| format!("fat binary wrapper at {wrapper:#x} is not in any loaded object"))?;
+    // SAFETY: `span` lies inside a loaded segment of `object`, which stays
+    // loaded at least until its destructor unregisters this fat binary.
+    let bytes = unsafe { process::memory(span) };
+    let info = FatbinWrapper::parse(bytes)
+        .map_err(|e| format!("{}: wrapper at {wrapper:#x}: {e}", object.path.display()))?;
+    if info.kind != WrapperKind::Cuda {
+        return Err(format!(
+            "{}: wrapper at {wrapper:#x} is a {} wrapper, not CUDA's",
+            object.path.display(),
+            info.kind
+        ));
+    }
+    let fatbin = info.fatbin as usize;
+    let (_, span) = process::span_containing(fatbin).ok_or_else(|| {
+        format!("fat binary at {fatbin:#x} (wrapper at {wrapper:#x}) is not in any loaded object")
+    })?;
+    // SAFETY: as above, for the segment holding the fat binary.
+    let bytes = unsafe { process::memory(span) };
+    let origin = format!("{} fatbin at {fatbin:#x}", object.path.display());
+    let container =
+        Container::parse(bytes, &Limits::default()).map_err(|e| format!("{origin}: {e}"))?;
+    Ok(libraries::register(
+        Runtime::Cuda,
+        origin,
+        Images::Container(container),
+    ))
+}
+
+/// Called once the fat binary's kernels and variables are registered: nothing
+/// is left to do (images load at first lookup, or at registration with
+/// `OFFLOAD_LOADER_EAGER=1`).
+#[no_mangle]
+pub extern "C" fn __cudaRegisterFatBinaryEnd(_handle: Handle) {}
+
+/// Unregisters the fat binary and unloads what was loaded from it.
+#[no_mangle]
+pub extern "C" fn __cudaUnregisterFatBinary(handle: Handle) {
+    guard((), || {
+        if let Some(id) = handle_id(handle as *const c_void) {
+            libraries::unregister(id);
+        }
+        if !handle.is_null() {
+            // SAFETY: `handle` came from `new_handle`; nvcc's destructor
+            // calls this once per registration.
+            drop(unsafe { Box::from_raw(handle) });
+        }
+    })
+}
+
+fn add(handle: Handle, host: *const c_void, dev_name: *const c_char, kind: SymbolKind) {
+    let Some(id) = handle_id(handle as *const c_void) else {
+        set_last_error("symbol registered against a fat binary that failed to register");
+        return;
+    };
+    let Some(name) = c_name(dev_name) else {
+        set_last_error("symbol registered without a name");
+        return;
+    };
+    libraries::add_symbol(
+        id,
+        Symbol {
+            host: host as usize,
+            name,
+            kind,
+        },
+    );
+}
+
+/// Registers kernel `device_name`, launched from host stub `host_fun`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn __cudaRegisterFunction(
+    handle: Handle,
+    host_fun: *const c_char,
+    device_fun: *mut c_char,
+    device_name: *const c_char,
+    _thread_limit: c_int,
+    _tid: *mut c_void,
+    _bid: *mut c_void,
+    _block_dim: *mut c_void,
+    _grid_dim: *mut c_void,
+    _warp_size: *mut c_int,
+) {
+    guard((), || {
+        let name = if device_name.is_null() {
+            device_fun as *const c_char
+        } else {
+            device_name
+        };
+        add(handle, host_fun.cast(), name, SymbolKind::Kernel)
+    })
+}
+
+/// Registers variable `device_name` of `size` bytes, shadowed by `host_var`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn __cudaRegisterVar(
+    handle: Handle,
+    host_var: *mut c_char,
+    device_address: *mut c_char,
+    device_name: *const c_char,
+    _ext: c_int,
+    size: usize,
+    _constant: c_int,
+    _global: c_int,
+) {
+    guard((), || {
+        let name = if device_name.is_null() {
+            device_address as *const c_char
+        } else {
+            device_name
+        };
+        add(
+            handle,
+            host_var as *const c_void,
+            name,
+            SymbolKind::Variable { size: size as u64 },
+        )
+    })
+}
+
+/// `dim3`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Dim3 {
+    x: c_uint,
+    y: c_uint,
+    z: c_uint,
+}
+
+/// A `<<<grid, block, shared, stream>>>` configuration, pushed by the call
+/// site and popped by the kernel's host stub.
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    grid: Dim3,
+    block: Dim3,
+    shared: usize,
+    stream: *mut c_void,
+}
+
+thread_local! {
+    static CONFIG: Cell<Option<Config>> = const { Cell::new(None) };
+}
+
+/// Stores a launch configuration for the host stub about to be called.
+#[no_mangle]
+pub extern "C" fn __cudaPushCallConfiguration(
+    grid: Dim3,
+    block: Dim3,
+    shared: usize,
+    stream: *mut c_void,
+) -> c_uint {
+    guard(0, || {
+        CONFIG.with(|c| {
+            c.set(Some(Config {
+                grid,
+                block,
+                shared,
+                stream,
+            }))
+        });
+        0
+    })
+}
+
+/// Hands the host stub the configuration pushed before it.
+#[no_mangle]
+pub extern "C" fn __cudaPopCallConfiguration(
+    grid: *mut Dim3,
+    block: *mut Dim3,
+    shared: *mut usize,
+    stream: *mut *mut c_void,
+) -> c_int {
+    guard(CUDA_ERROR_MISSING_CONFIGURATION, || {
+        let Some(config) = CONFIG.with(|c| c.take()) else {
+            return CUDA_ERROR_MISSING_CONFIGURATION;
+        };
+        // SAFETY: nvcc's host stub passes pointers to its own locals (or
+        // null, which is skipped).
+        unsafe {
+            if !grid.is_null() {
+                *grid = config.grid;
+            }
+            if !block.is_null() {
+                *block = config.block;
+            }
+            if !shared.is_null() {
+                *shared = config.shared;
+            }
+            if !stream.is_null() {
+                *stream = config.stream;
+            }
+        }
+        0
+    })
+}
+
+/// Resolves host stub `host_fun` to its kernel's `CUfunction` on device 0,
+/// loading the image selected for that device if it is not yet loaded.
+#[no_mangle]
+pub extern "C" fn __cudaGetKernel(kernel: *mut *mut c_void, host_fun: *const c_void) -> c_int {
+    guard(CUDA_ERROR_INVALID_DEVICE_FUNCTION, || {
+        let found =
+            libraries::find(|s| s.host == host_fun as usize && s.kind == SymbolKind::Kernel);
+        let Some((lib, symbol)) = found else {
+            set_last_error(format!("no kernel registered for host stub {host_fun:p}"));
+            return CUDA_ERROR_INVALID_DEVICE_FUNCTION;
+        };
+        match libraries::resolve(&lib, 0, &symbol) {
+            Ok((handle, _)) => {
+                if !kernel.is_null() {
+                    // SAFETY: the stub passes a pointer to its own local.
+                    unsafe { *kernel = handle as usize as *mut c_void };
+                }
+                0
+            }
+            Err(e) => {
+                set_last_error(e.to_string());
+                CUDA_ERROR_INVALID_DEVICE_FUNCTION
+            }
+        }
+    })
+}
+
+/// Launching is left to the runtime above this library: always
+/// `cudaErrorNotSupported`, with the reason as the last error.
+#[no_mangle]
+pub extern "C" fn __cudaLaunchKernel(
+    _kernel: *const c_void,
+    _grid: Dim3,
+    _block: Dim3,
+    _args: *mut *mut c_void,
+    _shared: usize,
+    _stream: *mut c_void,
+) -> c_int {
+    guard(CUDA_ERROR_NOT_SUPPORTED, || {
+        set_last_error(
+            "offload-loader finds, selects, loads and resolves kernels; launch them with \
+             cuLaunchKernel on the handle offload_loader_kernel returns",
+        );
+        CUDA_ERROR_NOT_SUPPORTED
+    })
+}

@@ -1,0 +1,407 @@
+//! NVIDIA for real: programs built at test time with CUDA 13.5 `nvcc` (from
+//! the PyPI wheels, `.ci/cuda-wheels.sh`), and two NVIDIA libraries, listed,
+//! extracted and selected by the loader, compared with what `cuobjdump` 13.4
+//! says about the same files.
+
+mod support;
+
+use std::path::Path;
+
+use offload_loader::{select, CodeKind, DeviceTarget, Limits, MappedFile, Policy};
+use support::{Cuda, NvOutput};
+
+/// One image as the loader lists it.
+#[derive(Debug)]
+struct Listed {
+    /// `elf` or `ptx`, as cuobjdump's dump says.
+    kind: &'static str,
+    /// With its `a`/`f` variant.
+    arch: String,
+    /// The entry itself is compressed (a --concat member: its group is).
+    compressed: bool,
+    member: bool,
+    /// The exact code (PTX with its NUL), inflated where compressed.
+    code: Option<Vec<u8>>,
+}
+
+/// Everything the loader finds in `path`, in file order; the code of each
+/// image too when `with_code`.
+fn listed(path: &Path, with_code: bool) -> Vec<Listed> {
+    let file = MappedFile::open(path).unwrap();
+    let mut out = Vec::new();
+    for section in file.containers(&Limits::default()).unwrap() {
+        for c in section.containers {
+            let c = c.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            for (i, image) in c.images().iter().enumerate() {
+                let entry = c.nv_entry(i);
+                let kind = match image.declared {
+                    Some(CodeKind::Cubin) => "elf",
+                    Some(CodeKind::Ptx) => "ptx",
+                    other => panic!("{}: image {i} is {other:?}", path.display()),
+                };
+                out.push(Listed {
+                    kind,
+                    arch: image.arch.to_string(),
+                    compressed: entry.is_some_and(|e| e.is_compressed() && e.group.is_none()),
+                    member: entry.is_some_and(|e| e.group.is_some()),
+                    code: with_code.then(|| c.image_bytes(i).unwrap().into_owned()),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The loader's listing equals cuobjdump's dump (kind, arch with variant,
+/// compression, --concat membership) and every image's code equals what
+/// `cuobjdump -xelf all -xptx all` writes, byte for byte.
+fn same_as_cuobjdump(cuda: &Cuda, path: &Path) -> Vec<Listed> {
+    let ours = listed(path, true);
+    assert!(!ours.is_empty(), "{}: nothing listed", path.display());
+    let dump: Vec<_> = cuda
+        .cuobjdump_entries(path)
+        .into_iter()
+        .filter(|e| e.kind != "concatenated entry")
+        .collect();
+    let mine: Vec<(String, Option<String>, bool, bool)> = ours
+        .iter()
+        .map(|l| {
+            (
+                l.kind.to_string(),
+                Some(l.arch.clone()),
+                l.compressed,
+                l.member,
+            )
+        })
+        .collect();
+    let theirs: Vec<(String, Option<String>, bool, bool)> = dump
+        .iter()
+        .map(|e| (e.kind.clone(), e.arch.clone(), e.compressed, e.member))
+        .collect();
+    assert_eq!(
+        mine,
+        theirs,
+        "{}: listing differs from cuobjdump",
+        path.display()
+    );
+    check_extraction(cuda, path, &ours);
+    ours
+}
+
+/// Extraction against `cuobjdump -xelf all -xptx all` (ELF and PTX files are
+/// numbered apart, in listing order).
+fn check_extraction(cuda: &Cuda, path: &Path, ours: &[Listed]) {
+    let extracted = cuda.cuobjdump_extract(path, "all");
+    for (kind, ext) in [("elf", "cubin"), ("ptx", "ptx")] {
+        let mine: Vec<&Listed> = ours.iter().filter(|l| l.kind == kind).collect();
+        let theirs: Vec<_> = extracted.iter().filter(|e| e.2 == ext).collect();
+        assert_eq!(mine.len(), theirs.len(), "{}: {ext} count", path.display());
+        for (m, t) in mine.iter().zip(theirs) {
+            let mut code = m.code.clone().unwrap();
+            if kind == "ptx" {
+                assert_eq!(code.pop(), Some(0), "PTX keeps its NUL for the driver");
+            }
+            assert!(
+                code == t.3,
+                "{}: {ext} {} ({}) differs from cuobjdump's: {} vs {} bytes",
+                path.display(),
+                t.0,
+                t.1,
+                code.len(),
+                t.3.len()
+            );
+        }
+    }
+}
+
+fn archs(listed: &[Listed]) -> Vec<String> {
+    listed
+        .iter()
+        .map(|l| format!("{} {}", l.kind, l.arch))
+        .collect()
+}
+
+const MULTI: &[&str] = &[
+    "-gencode",
+    "arch=compute_80,code=sm_80",
+    "-gencode",
+    "arch=compute_90a,code=[sm_90a,compute_90a]",
+    "-gencode",
+    "arch=compute_100f,code=sm_100f",
+    "-gencode",
+    "arch=compute_100a,code=sm_100a",
+    "-gencode",
+    "arch=compute_75,code=compute_75",
+];
+
+#[test]
+fn multi_arch_object_with_variants() {
+    let Some(cuda) = support::cuda() else { return };
+    let obj = cuda.nvcc(MULTI, NvOutput::Object);
+    let ours = same_as_cuobjdump(&cuda, &obj);
+    assert_eq!(
+        archs(&ours),
+        [
+            "elf sm_80",
+            "elf sm_90a",
+            "ptx sm_90a",
+            "elf sm_100f",
+            "elf sm_100a",
+            "ptx sm_75"
+        ]
+    );
+    // CUDA 13 compresses PTX by default, not cubins.
+    assert!(ours.iter().all(|l| l.compressed == (l.kind == "ptx")));
+}
+
+#[test]
+fn compressed_zstd_lz4_and_concat() {
+    let Some(cuda) = support::cuda() else { return };
+    let base = [
+        "-gencode",
+        "arch=compute_80,code=sm_80",
+        "-gencode",
+        "arch=compute_90,code=[sm_90,compute_90]",
+    ];
+    let mut all = base.to_vec();
+    all.extend(["-Xfatbin", "-compress-all"]);
+    let zstd = same_as_cuobjdump(&cuda, &cuda.nvcc(&all, NvOutput::Object));
+    assert!(zstd.iter().all(|l| l.compressed));
+    all.push("--compress-mode=speed");
+    let lz4 = cuda.nvcc(&all, NvOutput::Object);
+    let ours = same_as_cuobjdump(&cuda, &lz4);
+    assert!(ours.iter().all(|l| l.compressed));
+    // The speed mode writes raw LZ4 blocks (flag 0x2000).
+    let file = MappedFile::open(&lz4).unwrap();
+    let sections = file.containers(&Limits::default()).unwrap();
+    let c = sections[0].containers[0].as_ref().unwrap();
+    assert_eq!(c.nv_entry(0).unwrap().compression().name(), "lz4");
+    let mut concat = base.to_vec();
+    concat.push("--concat");
+    let ours = same_as_cuobjdump(&cuda, &cuda.nvcc(&concat, NvOutput::Object));
+    // The PTX stays outside the group, ahead of it.
+    assert_eq!(archs(&ours), ["ptx sm_90", "elf sm_80", "elf sm_90"]);
+    assert!(ours.iter().all(|l| l.member == (l.kind == "elf")));
+}
+
+#[test]
+fn rdc_objects_archives_and_linked_files() {
+    let Some(cuda) = support::cuda() else { return };
+    let rdc = cuda.nvcc(&["-rdc=true", "-arch=sm_80"], NvOutput::Object);
+    assert_eq!(
+        archs(&same_as_cuobjdump(&cuda, &rdc)),
+        ["elf sm_80", "ptx sm_80"]
+    );
+    let plain: Vec<String> = MULTI.iter().map(|s| s.to_string()).collect();
+    let archive = cuda.nvcc(
+        &[],
+        NvOutput::Archive(vec![plain, support::strings(&["-rdc=true", "-arch=sm_90"])]),
+    );
+    assert_eq!(same_as_cuobjdump(&cuda, &archive).len(), 8);
+    for output in [NvOutput::Executable, NvOutput::SharedLibrary] {
+        let linked = cuda.nvcc(&["-arch=sm_80"], output);
+        same_as_cuobjdump(&cuda, &linked);
+    }
+    // An -rdc executable keeps its objects' __nv_relfatbin beside the linked
+    // .nv_fatbin; cuobjdump (and the loader) read only the linked code.
+    let linked_rdc = cuda.nvcc(&["-rdc=true", "-arch=sm_80"], NvOutput::Executable);
+    let file = MappedFile::open(&linked_rdc).unwrap();
+    let names: Vec<String> = file
+        .offload_sections()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert!(!names.iter().any(|n| n == "__nv_relfatbin"), "{names:?}");
+    same_as_cuobjdump(&cuda, &linked_rdc);
+    let fatbin = cuda.nvcc(MULTI, NvOutput::Fatbin);
+    same_as_cuobjdump(&cuda, &fatbin);
+}
+
+#[test]
+fn raw_cubin_and_ptx_files() {
+    let Some(cuda) = support::cuda() else { return };
+    for arch in ["sm_90a", "sm_80", "sm_100a"] {
+        let cubin = cuda.nvcc(&[&format!("-arch={arch}")], NvOutput::Cubin);
+        let ours = listed(&cubin, true);
+        assert_eq!(archs(&ours), [format!("elf {arch}")]);
+        assert_eq!(
+            cuda.cuobjdump_list(&cubin),
+            [("ELF".to_string(), 1, arch.to_string())]
+        );
+        check_extraction(&cuda, &cubin, &ours);
+    }
+    // cuobjdump says a PTX file "does not contain device code"; the loader
+    // lists it, and hands the driver its text with a NUL.
+    let ptx = cuda.nvcc(&["-arch=sm_80"], NvOutput::Ptx);
+    let ours = listed(&ptx, true);
+    assert_eq!(archs(&ours), ["ptx sm_80"]);
+    let text = std::fs::read(&ptx).unwrap();
+    assert_eq!(
+        ours[0].code.as_deref().unwrap(),
+        [&text[..], b"\0"].concat()
+    );
+}
+
+#[test]
+fn ptx_only_builds_jit_on_newer_devices_only() {
+    let Some(cuda) = support::cuda() else { return };
+    let obj = cuda.nvcc(
+        &["-gencode", "arch=compute_80,code=compute_80"],
+        NvOutput::Object,
+    );
+    assert_eq!(archs(&same_as_cuobjdump(&cuda, &obj)), ["ptx sm_80"]);
+    for (device, expected) in [
+        ("sm_80", "ptx sm_80"),
+        ("sm_87", "ptx sm_80"),
+        ("12.1", "ptx sm_80"),
+        ("sm_75", "none"),
+    ] {
+        assert_eq!(chosen(&obj, device), [expected], "{device}");
+    }
+    // The driver's PTX ISA bounds the JIT: nvcc 13.5 writes ISA 9.5.
+    let file = MappedFile::open(&obj).unwrap();
+    let sections = file.containers(&Limits::default()).unwrap();
+    let c = sections[0].containers[0].as_ref().unwrap();
+    let old_driver = DeviceTarget::Nvidia {
+        capability: offload_loader::target::ComputeCapability { major: 9, minor: 0 },
+        max_ptx: offload_loader::target::nvptx::max_ptx_for_driver(12080),
+    };
+    let s = select(&old_driver, c, &Policy::default());
+    assert_eq!(s.chosen, None);
+    assert_eq!(
+        s.rejected[0].1.to_string(),
+        "its PTX ISA 9.5 is newer than the driver can compile (up to 8.7)"
+    );
+}
+
+/// The image each device gets from `file`, as `kind arch`, or `none`.
+fn chosen(file: &Path, device: &str) -> Vec<String> {
+    let device = DeviceTarget::parse(device).unwrap();
+    let file = MappedFile::open(file).unwrap();
+    let mut out = Vec::new();
+    for section in file.containers(&Limits::default()).unwrap() {
+        for c in section.containers.iter().flatten() {
+            if c.is_kernel_less() {
+                continue;
+            }
+            let s = select(&device, c, &Policy::default());
+            out.push(match s.chosen {
+                Some(i) => {
+                    let image = &c.images()[i];
+                    let kind = if image.declared == Some(CodeKind::Ptx) {
+                        "ptx"
+                    } else {
+                        "elf"
+                    };
+                    format!("{kind} {}", image.arch)
+                }
+                None => "none".to_string(),
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn selection_follows_the_cuda_rules() {
+    let Some(cuda) = support::cuda() else { return };
+    let obj = cuda.nvcc(MULTI, NvOutput::Object);
+    for (device, expected) in [
+        // sm_80 cubin: same major, minor ≥ 0, on the desktop.
+        ("sm_80", "elf sm_80"),
+        ("8.6", "elf sm_80"),
+        // Orin (Tegra 8.7): no binary compatibility, the compute_75 PTX.
+        ("sm_87", "ptx sm_75"),
+        // sm_90a cubin only on 9.0 (the device typed with its a spelling).
+        ("sm_90a", "elf sm_90a"),
+        // 10.0: the a cubin ranks above the f one.
+        ("sm_100", "elf sm_100a"),
+        // 10.3: sm_100a is for 10.0 alone; sm_100f's family includes 10.3.
+        ("sm_103", "elf sm_100f"),
+        // 12.0: no cubin, compute_90a PTX is for 9.0 only: compute_75 PTX.
+        ("sm_120", "ptx sm_75"),
+        ("sm_75", "ptx sm_75"),
+    ] {
+        assert_eq!(chosen(&obj, device), [expected], "{device}");
+    }
+    // CUDA 13 links nvlink's kernel-less stub into every executable: an
+    // -arch=sm_80 program's PTX still serves sm_90, and only the stub lacks it.
+    let exe = cuda.nvcc(&["-arch=sm_80"], NvOutput::Executable);
+    assert_eq!(chosen(&exe, "sm_90"), ["ptx sm_80"]);
+    let file = MappedFile::open(&exe).unwrap();
+    let stubs = file
+        .containers(&Limits::default())
+        .unwrap()
+        .into_iter()
+        .flat_map(|s| s.containers)
+        .filter(|c| c.as_ref().is_ok_and(|c| c.is_kernel_less()))
+        .count();
+    assert_eq!(stubs, 1);
+}
+
+#[test]
+fn nvidia_libraries_list_like_cuobjdump() {
+    let Some(cuda) = support::cuda() else { return };
+    for name in ["libcurand.so.10", "libcusparse.so.12"] {
+        let Some(lib) = support::nvidia_library(name) else {
+            return;
+        };
+        let ours = listed(&lib, false);
+        let dump = cuda.cuobjdump_entries(&lib);
+        let mine: Vec<_> = ours
+            .iter()
+            .map(|l| (l.kind.to_string(), Some(l.arch.clone()), l.compressed))
+            .collect();
+        let theirs: Vec<_> = dump
+            .iter()
+            .map(|e| (e.kind.clone(), e.arch.clone(), e.compressed))
+            .collect();
+        assert_eq!(mine, theirs, "{name}");
+        // Extract the first and last cubin and PTX by name: byte-identical,
+        // each inflated alone.
+        let list = cuda.cuobjdump_list(&lib);
+        // cuobjdump names what it extracts after the file, less its last extension.
+        let base = name.rsplit_once('.').unwrap().0;
+        for kind in ["ELF", "PTX"] {
+            let of_kind: Vec<_> = list.iter().filter(|l| l.0 == kind).collect();
+            for pick in [of_kind.first(), of_kind.last()].into_iter().flatten() {
+                let ext = if kind == "ELF" { "cubin" } else { "ptx" };
+                let file_name = format!("{base}.{}.{}.{ext}", pick.1, pick.2);
+                let theirs = cuda.cuobjdump_extract(&lib, &file_name);
+                assert_eq!(theirs.len(), 1, "{file_name}");
+                let index = ours
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| l.kind == kind.to_lowercase())
+                    .nth(pick.1 as usize - 1)
+                    .unwrap()
+                    .0;
+                let mut code = image_code(&lib, index);
+                if kind == "PTX" {
+                    assert_eq!(code.pop(), Some(0));
+                }
+                assert!(
+                    code == theirs[0].3,
+                    "{file_name}: {} vs {} bytes",
+                    code.len(),
+                    theirs[0].3.len()
+                );
+            }
+        }
+    }
+}
+
+/// The code of the `index`th image of `path` (in listing order).
+fn image_code(path: &Path, mut index: usize) -> Vec<u8> {
+    let file = MappedFile::open(path).unwrap();
+    for section in file.containers(&Limits::default()).unwrap() {
+        for c in section.containers.iter().flatten() {
+            if index < c.images().len() {
+                return c.image_bytes(index).unwrap().into_owned();
+            }
+            index -= c.images().len();
+        }
+    }
+    panic!("no image {index}");
+}
