@@ -337,15 +337,19 @@ fn directories_are_walked_with_coverage_per_device() {
 }
 
 /// A ROCm 7 install from PyPI (`cupy-rocm-7-0`, uncompressed bundles with
-/// gfx950 and gfx1201) unpacked as a virtual environment holds it, with a
-/// link to a library, a link loop, a named pipe and a file the probe cannot
-/// read. The probe, run as an unprivileged user, lists exactly the files
-/// that have a `.hip_fatbin` (GNU readelf), each as `roc-obj-ls` lists it,
-/// reports the unreadable file and goes on.
+/// gfx950 and gfx1201) unpacked as a virtual environment holds it, with
+/// NVIDIA's cuRAND (CUDA 13 wheel) beside it, a link to a library, a link
+/// loop, a named pipe and a file the probe cannot read. The probe, run as an
+/// unprivileged user, lists exactly the files that have a `.hip_fatbin` or
+/// `.nv_fatbin` (GNU readelf), each AMD one as `roc-obj-ls` lists it,
+/// reports the unreadable file and goes on; coverage covers both vendors.
 #[test]
 fn a_pypi_rocm_installation() {
     let Some(venv) = support::unpacked_wheel("cupy_rocm_7_0-14.2.0-", "cupy-rocm-7-0==14.2.0")
     else {
+        return;
+    };
+    let Some(curand) = support::nvidia_library("libcurand.so.10") else {
         return;
     };
     let site = venv.join("lib/python3/site-packages");
@@ -354,6 +358,8 @@ fn a_pypi_rocm_installation() {
     std::fs::create_dir_all(&extra).unwrap();
     let cub = site.join("cupy/cuda/cub.cpython-311-x86_64-linux-gnu.so");
     std::os::unix::fs::symlink(&cub, extra.join("libcub.so")).unwrap();
+    std::fs::create_dir_all(extra.join("nvidia/curand/lib")).unwrap();
+    std::fs::copy(&curand, extra.join("nvidia/curand/lib/libcurand.so.10")).unwrap();
     std::os::unix::fs::symlink("..", extra.join("loop")).unwrap();
     let fifo = std::ffi::CString::new(extra.join("pipe").to_str().unwrap()).unwrap();
     // SAFETY: mkfifo with a NUL-terminated path and a mode.
@@ -377,7 +383,9 @@ fn a_pypi_rocm_installation() {
     };
     let out = cmd
         .arg(&venv)
-        .args(["--json", "--device", "gfx950", "--device", "gfx1201"])
+        .args([
+            "--json", "--device", "gfx950", "--device", "gfx1201", "--device", "sm_80",
+        ])
         .env_remove("OFFLOAD_LOADER_DEVICES")
         .output()
         .unwrap();
@@ -410,19 +418,25 @@ fn a_pypi_rocm_installation() {
         .collect();
     ours.sort();
     let mut theirs = Vec::new();
-    let mut stack = vec![site.clone()];
+    let mut stack = vec![venv.clone()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
-            if path.is_dir() {
+            // Not following links: the files themselves, each once.
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
                 stack.push(path);
-            } else if path.to_str().unwrap().contains(".so") {
+            } else if meta.is_file()
+                && path.to_str().unwrap().contains(".so")
+                && !path.ends_with("unreadable.so")
+            {
                 let sections = Command::new("readelf")
                     .arg("-SW")
                     .arg(&path)
                     .output()
                     .unwrap();
-                if String::from_utf8_lossy(&sections.stdout).contains(".hip_fatbin") {
+                let text = String::from_utf8_lossy(&sections.stdout);
+                if text.contains(".hip_fatbin") || text.contains(".nv_fatbin") {
                     theirs.push(std::fs::canonicalize(&path).unwrap().display().to_string());
                 }
             }
@@ -432,8 +446,11 @@ fn a_pypi_rocm_installation() {
     assert!(!theirs.is_empty());
     assert_eq!(ours, theirs);
 
-    // Each listed exactly as roc-obj-ls lists it.
-    for object in objects.iter().filter(|o| o["error"].is_null()) {
+    // Each AMD one listed exactly as roc-obj-ls lists it.
+    for object in objects
+        .iter()
+        .filter(|o| o["error"].is_null() && !o["path"].as_str().unwrap().contains("curand"))
+    {
         let path = std::path::Path::new(object["path"].as_str().unwrap());
         let Some(reference) = support::roc_obj_ls(path) else {
             return;
@@ -457,13 +474,16 @@ fn a_pypi_rocm_installation() {
             .collect();
         assert_eq!(ours, theirs, "{}", path.display());
     }
-    // Coverage: gfx950 and gfx1201 are served by every file.
-    for d in 0..2 {
+    // Coverage: gfx950 and gfx1201 are served by every AMD file, sm_80 by
+    // cuRAND, each counted among the files of its own vendor.
+    for d in 0..3 {
         assert_eq!(
             report["coverage"][d]["objects_without_image"],
             serde_json::json!([])
         );
     }
+    assert_eq!(report["coverage"][2]["objects_with_image"], 1);
+    assert_eq!(report["coverage"][0]["objects_with_image"], ours.len() - 1);
 }
 
 /// The probe's JSON and `--extract --all` on an nvcc 13.5 object with `a`, `f`,
