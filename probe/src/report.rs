@@ -247,9 +247,16 @@ pub fn inspect(
         error: None,
         containers: Vec::new(),
     };
-    let file = match MappedFile::open(path) {
-        Ok(f) => f,
+    // A file that cannot hold offload code is told from its headers alone,
+    // without mapping it (most of a library directory).
+    let file = match MappedFile::open_if_offload(path) {
+        Ok(Some(f)) => f,
+        Ok(None) => return (report, Vec::new()),
         Err(e) => {
+            report.not_offload_format = matches!(
+                e.kind,
+                FileErrorKind::Unrecognised | FileErrorKind::NotRegular(_)
+            );
             report.error = Some(e.to_string());
             return (report, Vec::new());
         }

@@ -32,45 +32,76 @@ impl MappedFile {
     /// Maps `path` read-only. An empty file maps to no bytes.
     pub fn open(path: impl AsRef<Path>) -> Result<MappedFile, FileError> {
         let path = path.as_ref().to_path_buf();
+        let (file, len) = open_regular(&path)?;
+        map(path, &file, len)
+    }
+
+    /// Maps `path` only if it may hold offload code: a raw container or
+    /// image (by its first bytes), an archive, text, or an ELF file with an
+    /// offload section. Anything else is told from its headers, without mapping
+    /// it: `Ok(None)` for an ELF file without offload sections, the
+    /// [`FileErrorKind::Unrecognised`] error for other bytes. What a
+    /// directory scan costs per file without GPU code: an open and three
+    /// positioned reads. A device file read here is never mapped.
+    pub fn open_if_offload(path: impl AsRef<Path>) -> Result<Option<MappedFile>, FileError> {
+        let path = path.as_ref().to_path_buf();
         let io = |e| FileError {
             path: path.clone(),
             kind: FileErrorKind::Io(e),
         };
-        // Opened without blocking (a named pipe would wait for a writer),
-        // then refused unless it is a regular file: one open and one fstat.
+        // Opened without blocking; a pipe or a directory fails the
+        // positioned read, and only then is the file's type looked up.
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(&path)
             .map_err(io)?;
-        let meta = file.metadata().map_err(io)?;
-        if !meta.is_file() {
-            return Err(FileError {
-                path,
-                kind: FileErrorKind::NotRegular(file_type_name(meta.file_type())),
-            });
-        }
-        let len = meta.len();
-        let map = if len == 0 {
-            None
-        } else {
-            // SAFETY: the map is read-only and private to this process. Another
-            // process truncating the file while it is mapped would fault on
-            // access; that is the accepted risk of mapping, as for any
-            // memory-mapped reader (the dynamic loader takes the same one).
-            let map =
-                unsafe { memmap2::MmapOptions::new().len(len as usize).map(&file) }.map_err(io)?;
-            // Only headers are read, scattered over the file: without this
-            // hint each page fault reads ahead (8 MiB on this project's
-            // machines), which made half of rocSPARSE's 1.3 GB resident to
-            // list it. Random access faults in the touched pages only; a file
-            // smaller than the read-ahead gains nothing from the call.
-            if len > READ_AHEAD {
-                let _ = map.advise(memmap2::Advice::Random);
+        let mut head = [0u8; 4096];
+        let n = match std::os::unix::fs::FileExt::read_at(&file, &mut head, 0) {
+            Ok(n) => n,
+            Err(e) => {
+                let meta = file.metadata().map_err(io)?;
+                if !meta.is_file() {
+                    return Err(FileError {
+                        path,
+                        kind: FileErrorKind::NotRegular(file_type_name(meta.file_type())),
+                    });
+                }
+                return Err(io(e));
             }
-            Some(map)
         };
-        Ok(MappedFile { path, map })
+        let head = &head[..n];
+        // Containers and images by their magic or first lines (a raw code
+        // object is ELF too), archives, ELF files with an offload section,
+        // ELF the quick look cannot read (the full parse says what is wrong
+        // with it), and a `.ptx` file whose directives lie past its first
+        // 4 KiB of comments.
+        let maybe = whole(head, 0, None).is_some()
+            || match FileKind::parse(head) {
+                Ok(FileKind::Elf64) => elf_may_hold_offload_code(&file, head),
+                Ok(FileKind::Archive) => true,
+                _ => {
+                    head.starts_with(crate::magic::ELF)
+                        || path.extension().is_some_and(|e| e == "ptx") && !head.contains(&0)
+                }
+            };
+        if maybe {
+            let meta = file.metadata().map_err(io)?;
+            if !meta.is_file() {
+                return Err(FileError {
+                    path,
+                    kind: FileErrorKind::NotRegular(file_type_name(meta.file_type())),
+                });
+            }
+            return map(path, &file, meta.len()).map(Some);
+        }
+        match FileKind::parse(head) {
+            Ok(FileKind::Elf64) => Ok(None),
+            _ => Err(FileError {
+                path,
+                kind: FileErrorKind::Unrecognised,
+            }),
+        }
     }
 
     /// The file's path.
@@ -167,6 +198,109 @@ pub fn containers<'a>(
         .chain(object_bundles)
         .chain(descriptor)
         .collect())
+}
+
+/// `path` opened without blocking (a named pipe would wait for a writer),
+/// refused unless it is a regular file, with its length: one open, one fstat.
+fn open_regular(path: &Path) -> Result<(std::fs::File, u64), FileError> {
+    let io = |e| FileError {
+        path: path.to_path_buf(),
+        kind: FileErrorKind::Io(e),
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(FileError {
+            path: path.to_path_buf(),
+            kind: FileErrorKind::NotRegular(file_type_name(meta.file_type())),
+        });
+    }
+    Ok((file, meta.len()))
+}
+
+/// Maps `file` (`len` bytes) read-only.
+fn map(path: PathBuf, file: &std::fs::File, len: u64) -> Result<MappedFile, FileError> {
+    let map = if len == 0 {
+        None
+    } else {
+        // SAFETY: the map is read-only and private to this process. Another
+        // process truncating the file while it is mapped would fault on
+        // access; that is the accepted risk of mapping, as for any
+        // memory-mapped reader (the dynamic loader takes the same one).
+        let map = unsafe { memmap2::MmapOptions::new().len(len as usize).map(file) };
+        let map = map.map_err(|e| FileError {
+            path: path.clone(),
+            kind: FileErrorKind::Io(e),
+        })?;
+        // Only headers are read, scattered over the file: without this
+        // hint each page fault reads ahead (8 MiB on this project's
+        // machines), which made half of rocSPARSE's 1.3 GB resident to
+        // list it. Random access faults in the touched pages only; a file
+        // smaller than the read-ahead gains nothing from the call.
+        if len > READ_AHEAD {
+            let _ = map.advise(memmap2::Advice::Random);
+        }
+        Some(map)
+    };
+    Ok(MappedFile { path, map })
+}
+
+/// Whether the 64-bit ELF file `file` has a section [`elf_sections`] would
+/// report (or may: one it cannot tell is left to the full parse), from two
+/// positioned reads after `head` (the file's first bytes): the section
+/// table and the section-name table, nothing mapped.
+fn elf_may_hold_offload_code(file: &std::fs::File, head: &[u8]) -> bool {
+    use object::read::elf::SectionTable;
+    use object::read::StringTable;
+    use std::os::unix::fs::FileExt;
+    let read = |offset: u64, size: u64| -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; usize::try_from(size).ok().filter(|&n| n <= 1 << 20)?];
+        file.read_exact_at(&mut buf, offset).ok()?;
+        Some(buf)
+    };
+    let Ok(header) = FileHeader64::<Endianness>::parse(head) else {
+        return true;
+    };
+    let Ok(endian) = header.endian() else {
+        return true;
+    };
+    let (count, index) = (header.e_shnum(endian), header.e_shstrndx(endian));
+    // Extended numbering (0 sections or SHN_XINDEX) is left to the full parse.
+    if count == 0 || index == object::elf::SHN_XINDEX {
+        return true;
+    }
+    let entry = std::mem::size_of::<object::elf::SectionHeader64<Endianness>>() as u64;
+    let Some(table) = read(header.e_shoff(endian), u64::from(count) * entry) else {
+        return true;
+    };
+    let Ok(headers) =
+        object::pod::slice_from_all_bytes::<object::elf::SectionHeader64<Endianness>>(&table)
+    else {
+        return true;
+    };
+    let Some(names) = headers
+        .get(usize::from(index))
+        .and_then(|h| read(h.sh_offset(endian), h.sh_size(endian)))
+    else {
+        return true;
+    };
+    let names = StringTable::new(&names[..], 0, names.len() as u64);
+    let sections: SectionTable<'_, FileHeader64<Endianness>, &[u8]> =
+        SectionTable::new(headers, names);
+    sections.iter().any(|h| {
+        h.sh_type(endian) == SHT_LLVM_OFFLOADING
+            || sections.section_name(endian, h).is_ok_and(|name| {
+                let name = String::from_utf8_lossy(name);
+                CONTAINER_SECTIONS.contains(&name.as_ref())
+                    || REGISTRATION_SECTIONS.contains(&name.as_ref())
+                    || name.starts_with(OBJECT_BUNDLE_PREFIX)
+                    || name == NV_RELFATBIN
+            })
+    })
 }
 
 /// What a file that is not a regular one is.
