@@ -17,6 +17,7 @@ mod error;
 mod hip;
 mod info;
 mod libraries;
+mod lock;
 mod omp;
 mod query;
 
