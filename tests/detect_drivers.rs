@@ -180,6 +180,7 @@ fn child_case() {
         ("cuda_load_fails", case_cuda_load_fails),
         ("cuda_context_kept", case_cuda_context_kept),
         ("hanging_driver", case_hanging_driver),
+        ("late_driver", case_late_driver),
         ("once_per_process", case_once_per_process),
         ("debian_hsa", case_debian_hsa),
     ];
@@ -1347,4 +1348,51 @@ fn case_debian_hsa() {
     // No libcuda here either (the reason depends on what is installed).
     assert_ne!(report(d, Backend::Cuda).0, Status::Skipped);
     assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[test]
+fn a_driver_that_answers_late_is_retried() {
+    let Some(f) = fakes() else { return };
+    run_case(
+        "late_driver",
+        &[
+            ("OFFLOAD_LOADER_HSA_LIBRARY", f.full.to_str().unwrap()),
+            ("OFFLOAD_LOADER_CUDA_LIBRARY", "/nonexistent"),
+            ("OFFLOAD_LOADER_KFD_ROOT", "/nonexistent"),
+            ("OFFLOAD_LOADER_DETECT_TIMEOUT_MS", "100"),
+            ("FAKE_HSA_AGENTS", "gfx90a"),
+            // Only the first hsa_init hangs; it cannot answer within 100 ms.
+            ("FAKE_HSA_HANG_MS", "1500"),
+        ],
+    );
+}
+
+fn case_late_driver() {
+    let first = offload_detect::devices();
+    assert!(first.devices.is_empty());
+    assert_eq!(
+        report(first, Backend::Hsa),
+        (
+            Status::Unavailable,
+            "the HSA runtime did not answer within 100 ms; detection gave up on it".into()
+        )
+    );
+    // Later calls answer at once while the first thread is still in
+    // hsa_init, then detect again once it has ended. No bound on how long
+    // that takes on a loaded machine, beyond failing rather than hanging
+    // after ten minutes.
+    let found = (0..30_000)
+        .map(|_| {
+            let d = offload_detect::devices();
+            if d.devices.is_empty() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            d
+        })
+        .find(|d| !d.devices.is_empty())
+        .expect("the HSA runtime was never asked again");
+    assert_eq!(targets(found), ["gfx90a (hsa)"]);
+    // Final now: detected once more, never again.
+    assert!(std::ptr::eq(found, offload_detect::devices()));
+    assert!(std::ptr::eq(found, offload_detect::devices_in_place()));
 }

@@ -187,17 +187,26 @@ impl<'a> Reading<'a> {
     /// (or `OFFLOAD_LOADER_EAGER=1`).
     pub(crate) fn selections(&self) -> &'a [Selection] {
         let lib: &'a Library = self.lib;
-        lib.selections.get_or_init(|| {
-            let policy = Policy {
-                offload_kind: Some(lib.runtime.offload_kind()),
-            };
-            let selections: Vec<Selection> = devices::devices()
-                .iter()
-                .map(|d| select(&d.target, self, &policy))
-                .collect();
-            report(self, &selections);
-            selections
-        })
+        if let Some(s) = lib.selections.get() {
+            return s;
+        }
+        // Made outside the cell and then published, never inside
+        // `get_or_init`: a thread forked meanwhile must not wait on a cell
+        // whose initialising thread does not exist in the child. Two threads
+        // may both select; the first to publish wins and reports.
+        let policy = Policy {
+            offload_kind: Some(lib.runtime.offload_kind()),
+        };
+        let selections: Vec<Selection> = devices::devices()
+            .iter()
+            .map(|d| select(&d.target, self, &policy))
+            .collect();
+        if lib.selections.set(selections).is_ok() {
+            if let Some(s) = lib.selections.get() {
+                report(self, s);
+            }
+        }
+        lib.selections.get().map_or(&[], Vec::as_slice)
     }
 
     /// The bytes of image `index`, borrowed from the process's memory or
@@ -219,13 +228,23 @@ impl<'a> Reading<'a> {
     /// The image loaded from this library for `device`, loading it on first use.
     pub(crate) fn module(&self, device: usize) -> Result<Arc<LoadedImage>, Error> {
         let devices = devices::devices();
-        let cell = self
-            .lib
+        let lib = self.lib;
+        if lib.modules.get().is_none() {
+            let _ = lib
+                .modules
+                .set(devices.iter().map(|_| OnceCell::new()).collect());
+        }
+        let cell = lib
             .modules
-            .get_or_init(|| devices.iter().map(|_| OnceCell::new()).collect())
-            .get(device)
+            .get()
+            .and_then(|m| m.get(device))
             .ok_or(Error::NoDevice(device as i64))?;
-        cell.get_or_init(|| {
+        if let Some(loaded) = cell.get() {
+            return loaded.clone();
+        }
+        // Loaded outside the cell, then published (see `selections`): two
+        // threads may both load; the loser's module is unloaded when dropped.
+        let loaded = (|| {
             let selections = self.selections();
             let selection = selections
                 .get(device)
@@ -234,7 +253,8 @@ impl<'a> Reading<'a> {
                 .chosen
                 .ok_or_else(|| Error::NoImage(no_binary_message(self, selections, device)))?;
             let bytes = self.image_bytes(index)?;
-            devices[device]
+            let target = devices.get(device).ok_or(Error::NoDevice(device as i64))?;
+            target
                 .load(&bytes)
                 .map(Arc::new)
                 .map_err(|source| Error::Driver {
@@ -243,8 +263,9 @@ impl<'a> Reading<'a> {
                     device,
                     source: Box::new(source),
                 })
-        })
-        .clone()
+        })();
+        let _ = cell.set(loaded.clone());
+        cell.get().cloned().unwrap_or(loaded)
     }
 
     /// The device handle or address of `symbol` on `device`: kernel handle, or
