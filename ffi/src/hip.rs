@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use offload_loader::discover::process;
 use offload_loader::registration::FatbinWrapper;
-use offload_loader::{Container, Limits};
+use once_cell::sync::OnceCell;
 
 use crate::libraries::{self, HandleState, Images, Origin, Runtime, Symbol, SymbolKind};
 use crate::{guard, set_last_error};
@@ -64,16 +64,12 @@ fn register_fatbin(wrapper: usize) -> Result<usize, String> {
         what: "fatbin",
         address: fatbin,
     };
-    let container = Container::parse(bytes, &Limits::default()).map_err(|e| {
-        // SAFETY: the object is loaded (we are in its constructor).
-        let path = unsafe { located.object.path() };
-        format!("{} fatbin at {fatbin:#x}: {e}", path.display())
-    })?;
-    Ok(libraries::register(
-        Runtime::Hip,
-        origin,
-        Images::Container(container),
-    ))
+    let source = Images::Fatbin {
+        bytes,
+        parsed: OnceCell::new(),
+    };
+    let id = libraries::register(Runtime::Hip, origin, source);
+    Ok(id)
 }
 
 /// Unregisters the fat binary and unloads what was loaded from it. A handle

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use offload_detect::LoadedImage;
 use offload_loader::discover::process::ObjectName;
 use offload_loader::target::OffloadKind;
-use offload_loader::{select, Container, Content, Image, ImageSource, Policy, Selection};
+use offload_loader::{select, Container, Content, Image, ImageSource, Limits, Policy, Selection};
 use once_cell::sync::{Lazy, OnceCell};
 
 use crate::devices;
@@ -54,8 +54,13 @@ impl Runtime {
 /// erased borrows of the registering object's memory: they are only handed
 /// out, with a shorter lifetime, through a [`Reading`].
 pub(crate) enum Images {
-    /// A bundle or compressed bundle in this process's memory.
-    Container(Container<'static>),
+    /// A bundle or compressed bundle in this process's memory, parsed at
+    /// first use (as HIP defers its fat binaries): registering it costs no
+    /// more than recording where it is.
+    Fatbin {
+        bytes: &'static [u8],
+        parsed: OnceCell<Result<Container<'static>, offload_loader::Error>>,
+    },
     /// Images listed by a `__tgt_bin_desc`, with each image's code in this
     /// process's memory.
     Listed {
@@ -154,14 +159,14 @@ impl Library {
 impl ImageSource for Reading<'_> {
     fn images(&self) -> &[Image] {
         match &self.lib.source {
-            Images::Container(c) => c.images(),
+            Images::Fatbin { .. } => self.container().map_or(&[], |c| c.images()),
             Images::Listed { images, .. } => images,
         }
     }
 
     fn read_content(&self, index: usize) -> Option<Content> {
         match &self.lib.source {
-            Images::Container(c) => c.read_content(index),
+            Images::Fatbin { .. } => self.container().ok()?.read_content(index),
             Images::Listed { code, .. } => code.get(index).map(|code| Content::read(code)),
         }
     }
@@ -170,6 +175,31 @@ impl ImageSource for Reading<'_> {
 impl<'a> Reading<'a> {
     pub(crate) fn id(&self) -> usize {
         self.lib.id
+    }
+
+    /// The fat binary's container, parsed now if it was not yet (published
+    /// like `selections`, never filled under the cell's lock); its error is
+    /// reported once, by the thread that publishes it.
+    fn container(&self) -> Result<&Container<'_>, &offload_loader::Error> {
+        let Images::Fatbin { bytes, parsed } = &self.lib.source else {
+            unreachable!("only fat binaries have a container")
+        };
+        if parsed.get().is_none() {
+            let result = Container::parse(bytes, &Limits::default());
+            if parsed.set(result).is_ok() {
+                if let Some(Err(e)) = parsed.get() {
+                    let message = format!("{}: {e}", self.origin());
+                    tracing::warn!("{message}");
+                    eprintln!("offload-loader: {message}");
+                    crate::set_last_error(message);
+                }
+            }
+        }
+        match parsed.get() {
+            Some(Ok(c)) => Ok(c),
+            Some(Err(e)) => Err(e),
+            None => unreachable!("set above"),
+        }
     }
 
     /// `<object path> fatbin at 0x…`: built now, for a message.
@@ -217,7 +247,10 @@ impl<'a> Reading<'a> {
             source: Box::new(source),
         };
         match &self.lib.source {
-            Images::Container(c) => c.image_bytes(index).map_err(bad),
+            Images::Fatbin { .. } => match self.container() {
+                Ok(c) => c.image_bytes(index).map_err(bad),
+                Err(e) => Err(bad(e.clone())),
+            },
             Images::Listed { code, .. } => code
                 .get(index)
                 .map(|b| Cow::Borrowed(*b))

@@ -346,24 +346,33 @@ mod find_object {
         else {
             return Answer::Unavailable;
         };
-        let loads = phdrs
-            .chunks_exact(56)
-            .filter(|p| u32::from_le_bytes([p[0], p[1], p[2], p[3]]) == libc::PT_LOAD)
-            .map(|p| (le_u64(p, 8), le_u64(p, 16) as usize, le_u64(p, 40) as usize));
-        // The headers are this object's only if its first PT_LOAD maps file
-        // offset 0 at `map_start`.
-        let Some((offset, vaddr, _)) = loads.clone().min_by_key(|&(_, vaddr, _)| vaddr) else {
+        // One pass over the program headers: the lowest PT_LOAD (which must
+        // map file offset 0 at `map_start` for the headers to be this
+        // object's) and the one that contains `addr`.
+        let mut lowest: Option<(u64, usize)> = None;
+        let mut segment = None;
+        for p in phdrs.chunks_exact(56) {
+            if u32::from_le_bytes([p[0], p[1], p[2], p[3]]) != libc::PT_LOAD {
+                continue;
+            }
+            let (offset, vaddr, memsz) =
+                (le_u64(p, 8), le_u64(p, 16) as usize, le_u64(p, 40) as usize);
+            if lowest.is_none_or(|(_, v)| vaddr < v) {
+                lowest = Some((offset, vaddr));
+            }
+            if segment.is_none() {
+                let s = base.wrapping_add(vaddr);
+                if addr >= s && addr - s < memsz {
+                    segment = Some(s..s + memsz);
+                }
+            }
+        }
+        let Some((offset, vaddr)) = lowest else {
             return Answer::Unavailable;
         };
         if offset != 0 || base.wrapping_add(vaddr) & !(page - 1) != start {
             return Answer::Unavailable;
         }
-        let segment = loads
-            .filter_map(|(_, vaddr, memsz)| {
-                let s = base.checked_add(vaddr)?;
-                Some(s..s.checked_add(memsz)?)
-            })
-            .find(|s| s.contains(&addr));
         match segment {
             Some(segment) => Answer::Found(Located {
                 object: ObjectName(if start == main_start() {
