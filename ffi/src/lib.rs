@@ -10,7 +10,8 @@
 //!
 //! No panic crosses the ABI: every entry point runs under [`guard`], and a
 //! failure is recorded as the calling thread's last error. Registration is
-//! thread-safe. Launching kernels is out of scope.
+//! thread-safe and fork-safe, and a library is revoked before its object is
+//! unmapped (see `libraries`). Launching kernels is out of scope.
 
 mod abi;
 mod devices;
