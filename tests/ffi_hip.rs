@@ -367,9 +367,21 @@ fn hostile(e: &Loader, args: &[&str], env: &[(&str, &str)]) -> String {
 #[test]
 fn hostile_calls_are_errors_not_crashes() {
     let Some(e) = loader() else { return };
-    for case in ["double-release", "foreign-handle", "nulls"] {
+    for case in ["foreign-handle", "nulls"] {
         hostile(&e, &[case], &[]);
     }
+    // OFFLOAD_LOADER_INFO reports the selection of a library nothing ever
+    // looked up (the program's own, library 0) when it is unregistered.
+    let out = hostile(&e, &["double-release"], &[("OFFLOAD_LOADER_INFO", "1")]);
+    let line = |suffix: &str| {
+        out.lines()
+            .position(|l| l.starts_with("offload-loader: library 0 (") && l.contains(suffix))
+    };
+    let selected = line(
+        "): device 0 gfx90a:sramecc+:xnack- loads [4] hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-;",
+    );
+    let unregistered = line("): unregistered");
+    assert!(selected.is_some() && selected < unregistered, "{out}");
     let out = hostile(&e, &["huge-counts"], &[]);
     assert!(
         out.contains("bundle entry count of 4611686018427387904 exceeds the limit of"),
