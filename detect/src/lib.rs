@@ -131,6 +131,13 @@ pub fn devices_in_place() -> &'static Detection {
     detect_cached(true)
 }
 
+/// Installs this crate's `fork` handlers now: call it before the program
+/// has threads (from a library constructor), so that no `fork` can run
+/// while they are being installed (see the `fork_lock` module).
+pub fn install_fork_handlers() {
+    fork_lock::install();
+}
+
 fn detect_cached(in_place: bool) -> &'static Detection {
     if let Some(d) = DETECTION.get() {
         return d;
@@ -357,10 +364,11 @@ fn on_thread<T: Send + 'static>(
     }
 }
 
-/// The lock that serialises detection. `fork` takes it first and releases
-/// it on both sides (`pthread_atfork`), so a child never inherits it held by
-/// a thread it does not have: a fork waits for a detection in progress,
-/// which ends within the time limit (the threads it gives up on hold no lock).
+/// The lock that serialises detection. `fork` takes it first (so that a
+/// child gets the result of a detection in progress, which ends within the
+/// time limit: the threads it gives up on hold no lock); the parent releases
+/// it, the child makes it anew and forgets the detection threads it does not
+/// have (`pthread_atfork`), so a child never waits on it.
 mod fork_lock {
     use std::cell::UnsafeCell;
     use std::sync::Once;
@@ -394,15 +402,34 @@ mod fork_lock {
         raw_lock();
     }
 
-    extern "C" fn release() {
+    extern "C" fn parent() {
         unlock();
     }
 
-    pub(super) fn lock() -> Guard {
+    /// The child has only the thread that forked: the lock is made anew
+    /// (whoever held it), and no detection thread is running any more.
+    extern "C" fn child() {
+        // SAFETY: the child is single-threaded here; nothing else touches LOCK.
+        unsafe { *LOCK.0.get() = libc::PTHREAD_MUTEX_INITIALIZER };
+        for flag in &super::IN_FLIGHT {
+            flag.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Installs the handlers (once). glibc runs only the handlers installed
+    /// before a `fork` began, and lets others be installed while it runs
+    /// earlier ones: installed lazily, on the thread about to take the lock,
+    /// they could miss a concurrent fork that then copies the lock held.
+    /// So a program installs them before it has threads ([`install_fork_handlers`]).
+    pub(super) fn install() {
         ATFORK.call_once(|| {
             // SAFETY: the handlers are `extern "C" fn()` with no preconditions.
-            unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+            unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
         });
+    }
+
+    pub(super) fn lock() -> Guard {
+        install();
         raw_lock();
         Guard(())
     }

@@ -24,3 +24,21 @@ mod omp;
 mod query;
 
 pub(crate) use abi::{guard, set_last_error, LAST_ERROR};
+
+/// Runs when the library is loaded, before any registration: resolves what
+/// registration needs from the dynamic loader now, under the loader's lock
+/// that loading holds anyway, rather than later on a thread another may fork
+/// beside.
+/// Installs the `fork` handlers here too, before the program can have
+/// threads: glibc ignores handlers installed while a fork is running others.
+extern "C" fn on_load() {
+    let _ = std::panic::catch_unwind(|| {
+        offload_loader::discover::process::prepare_locate();
+        libraries::install_fork_handlers();
+        offload_detect::install_fork_handlers();
+    });
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;

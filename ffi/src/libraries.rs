@@ -502,6 +502,11 @@ pub(crate) type Shared = Option<Registry>;
 
 static REGISTRY: ForkSafeMutex<Shared> = ForkSafeMutex::new(None, after_fork);
 
+/// Installs the registry's `fork` handlers (see [`crate::lock`]).
+pub(crate) fn install_fork_handlers() {
+    REGISTRY.install();
+}
+
 /// Runs `f` on the registry, under its lock.
 pub(crate) fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
     let mut guard = REGISTRY.lock();

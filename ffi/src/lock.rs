@@ -51,14 +51,21 @@ impl<T> ForkSafeMutex<T> {
 }
 
 impl ForkSafeMutex<crate::libraries::Shared> {
-    /// Takes the lock, installing the `fork` handlers the first time.
-    pub(crate) fn lock(&'static self) -> Guard<'static, crate::libraries::Shared> {
+    /// Installs the `fork` handlers (once): from the library's constructor,
+    /// before the program has threads (glibc ignores handlers installed
+    /// during a concurrent fork, which could then copy the lock held).
+    pub(crate) fn install(&'static self) {
         self.atfork.call_once(|| {
             // SAFETY: written once, before the handlers that read it are installed.
             unsafe { INSTANCE = Some(self) };
             // SAFETY: the handlers are `extern "C" fn()` with no preconditions.
             unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
         });
+    }
+
+    /// Takes the lock (installing the handlers, if the constructor did not).
+    pub(crate) fn lock(&'static self) -> Guard<'static, crate::libraries::Shared> {
+        self.install();
         self.raw_lock();
         Guard { lock: self }
     }

@@ -184,7 +184,10 @@ static void fork_while_registering(void) {
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) hung++;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      hung++;
+      printf("child %d: status %#x\n", i, status);
+    }
   }
   stop = 1;
   for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);

@@ -179,6 +179,14 @@ pub fn locate(addr: usize) -> Option<Located> {
     }
 }
 
+/// Looks `_dl_find_object` up now. `dlsym` takes the dynamic loader's lock:
+/// a library that registers from constructors calls this from its own
+/// constructor, so that no later registration calls `dlsym` while another
+/// thread may `fork` (a child would inherit that lock held).
+pub fn prepare_locate() {
+    find_object::resolve();
+}
+
 /// [`locate`] by walking every loaded object with `dl_iterate_phdr`.
 pub fn locate_by_walk(addr: usize) -> Option<Located> {
     struct Search {
@@ -265,6 +273,10 @@ mod find_object {
         Found(Located),
         NotMapped,
         Unavailable,
+    }
+
+    pub(super) fn resolve() {
+        let _ = function();
     }
 
     fn function() -> Option<FindObject> {
