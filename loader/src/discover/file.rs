@@ -218,7 +218,7 @@ fn elf_sections(
             .is_none_or(|end| end > data.len() as u64)
         {
             return Err(FileErrorKind::Object {
-                offset: base + offset,
+                offset: base.saturating_add(offset),
                 message: format!("section {name} lies past the end of the file"),
             });
         }
