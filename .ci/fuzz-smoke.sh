@@ -85,7 +85,7 @@ for target in $(cargo fuzz list); do
   seeds=$(find "$corpus" -type f | wc -l)
   if cargo fuzz run "${args[@]}" "$target" "$corpus" -- \
       -max_total_time="$seconds" "${limits[@]}" >"$log" 2>&1; then
-    done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 || true)
+    done_line=$(grep -aE '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 || true)
     runs=$(grep -oE '^#[0-9]+' <<<"$done_line" | tr -d '#' || true)
     rate=$(grep -oE 'exec/s: [0-9]+' <<<"$done_line" || true)
     echo "fuzz $target: ok, ${runs:-?} runs (${rate:-exec/s: ?}) from $seeds seeds," \

@@ -954,3 +954,44 @@ fn text_bundles_match_the_bundler() {
         assert_eq!(s.chosen, None);
     }
 }
+
+/// Peak resident memory (KiB) of `offload-probe ARGS`, which exits with `code`.
+/// Reaped by `wait4` (for its own rusage), not by `Child::wait`.
+#[allow(clippy::zombie_processes)]
+fn probe_peak_kib(args: &[&str], code: i32) -> i64 {
+    let probe = build_dir().join("offload-probe");
+    let child = std::process::Command::new(&probe)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: all-zero is a valid rusage.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, writing into live locals.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    assert!(libc::WIFEXITED(status), "{status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), code, "{args:?}");
+    usage.ru_maxrss
+}
+
+#[test]
+fn a_listing_bomb_costs_what_is_listed() {
+    if !build_dir().join("offload-probe").exists() {
+        assert!(!ci(), "offload-probe is not built");
+        return;
+    }
+    // 64 KiB of zlib promising a table of 2.8 million empty entries (64 MiB
+    // inflated; 1 GiB of listing before the entry limit). Refused after
+    // reading the count: the peak is the probe's own, whatever the load.
+    let bomb = workspace().join("fuzz/regressions/default-limits/ccob-empty-table-64mib");
+    let peak = probe_peak_kib(&["--device", "gfx90a", bomb.to_str().unwrap()], 2);
+    let baseline = probe_peak_kib(&["--device", "gfx90a", "/dev/null"], 2);
+    eprintln!("peak RSS: bomb {peak} KiB, empty input {baseline} KiB");
+    assert!(
+        peak < baseline + 16 * 1024,
+        "listing the bomb took {peak} KiB, an empty input {baseline} KiB"
+    );
+}

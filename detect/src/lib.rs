@@ -61,6 +61,7 @@ pub mod overrides;
 mod report;
 mod visible;
 
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Duration;
 
 use once_cell::sync::OnceCell;
@@ -94,24 +95,83 @@ const _: () = {
     assert_send_sync::<Detection>();
 };
 
+/// The detection, once no backend timed out: final for the process.
 static DETECTION: OnceCell<Detection> = OnceCell::new();
+/// A detection in which a backend timed out (leaked, null when none): used
+/// while that backend's thread is still running, replaced by a new detection
+/// once it has ended.
+static PROVISIONAL: AtomicPtr<Detection> = AtomicPtr::new(std::ptr::null_mut());
+/// Whether a detection thread is still running, per backend (HSA, CUDA).
+static IN_FLIGHT: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
 
-/// The devices of this process, detected once from the environment
+fn in_flight(backend: Backend) -> Option<&'static AtomicBool> {
+    match backend {
+        Backend::Hsa => Some(&IN_FLIGHT[0]),
+        Backend::Cuda => Some(&IN_FLIGHT[1]),
+        _ => None,
+    }
+}
+
+/// The devices of this process, detected from the environment
 /// ([`Config::from_env`]), each driver on a thread with a time limit.
+///
+/// Detected once, unless a driver did not answer in time: then that answer
+/// is used only while the driver's thread is still running, and the first
+/// call after it has ended detects again (retrying that driver), so a slow
+/// driver is not given up on for the life of the process. A hung driver
+/// costs the time limit once, not once per call.
 pub fn devices() -> &'static Detection {
-    DETECTION.get_or_init(|| detect_with(&Config::from_env()))
+    detect_cached(false)
 }
 
 /// The same detection as [`devices`], run on the calling thread without a
 /// time limit if it has not happened yet: for constructors that may run under
 /// the dynamic loader's lock (see [`Config::in_place`]).
 pub fn devices_in_place() -> &'static Detection {
-    DETECTION.get_or_init(|| {
-        detect_with(&Config {
-            in_place: true,
-            ..Config::from_env()
-        })
-    })
+    detect_cached(true)
+}
+
+/// Installs this crate's `fork` handlers now: call it before the program
+/// has threads (from a library constructor), so that no `fork` can run
+/// while they are being installed (see the `fork_lock` module).
+pub fn install_fork_handlers() {
+    fork_lock::install();
+}
+
+fn detect_cached(in_place: bool) -> &'static Detection {
+    if let Some(d) = DETECTION.get() {
+        return d;
+    }
+    let _detecting = fork_lock::lock();
+    if let Some(d) = DETECTION.get() {
+        return d;
+    }
+    // SAFETY: a non-null pointer is a leaked, never freed `Detection`.
+    if let Some(p) = unsafe { PROVISIONAL.load(Ordering::SeqCst).as_ref() } {
+        let waiting = p.backends.iter().any(|r| {
+            matches!(r.reason, Some(Reason::Timeout { .. }))
+                && in_flight(r.backend).is_some_and(|f| f.load(Ordering::SeqCst))
+        });
+        if waiting {
+            return p;
+        }
+    }
+    let detection = detect_with(&Config {
+        in_place,
+        ..Config::from_env()
+    });
+    let gave_up = detection
+        .backends
+        .iter()
+        .any(|r| matches!(r.reason, Some(Reason::Timeout { .. })));
+    if gave_up {
+        // Leaked: at most one per driver answer that came too late.
+        let leaked: &'static mut Detection = Box::leak(Box::new(detection));
+        PROVISIONAL.store(leaked, Ordering::SeqCst);
+        leaked
+    } else {
+        DETECTION.get_or_init(|| detection)
+    }
 }
 
 /// Detects devices with an explicit configuration (tests, tools). Drivers
@@ -243,8 +303,27 @@ fn on_thread<T: Send + 'static>(
     backend: Backend,
     run: impl FnOnce() -> (Vec<T>, BackendReport) + Send + 'static,
 ) -> (Vec<T>, BackendReport) {
+    let flag = in_flight(backend);
+    let timed_out = || {
+        let reason = Reason::Timeout {
+            library: what.into(),
+            millis: timeout.as_millis() as u64,
+        };
+        (
+            Vec::new(),
+            BackendReport::new(backend, Status::Unavailable, Some(reason)),
+        )
+    };
+    // The thread started for an earlier detection has not ended: do not
+    // start another, nor wait again (in place, that would hang this thread).
     if in_place {
+        if flag.is_some_and(|f| f.load(Ordering::SeqCst)) {
+            return timed_out();
+        }
         return run();
+    }
+    if flag.is_some_and(|f| f.swap(true, Ordering::SeqCst)) {
+        return timed_out();
     }
     // The job is shared so that it can still run here if no thread can be
     // started.
@@ -259,19 +338,16 @@ fn on_thread<T: Send + 'static>(
             if let Some(run) = take(&for_thread) {
                 let _ = tx.send(run());
             }
+            if let Some(f) = flag {
+                f.store(false, Ordering::SeqCst);
+            }
         });
     match spawned {
-        Ok(_) => rx.recv_timeout(timeout).unwrap_or_else(|_| {
-            let reason = Reason::Timeout {
-                library: what.into(),
-                millis: timeout.as_millis() as u64,
-            };
-            (
-                Vec::new(),
-                BackendReport::new(backend, Status::Unavailable, Some(reason)),
-            )
-        }),
+        Ok(_) => rx.recv_timeout(timeout).unwrap_or_else(|_| timed_out()),
         Err(e) => {
+            if let Some(f) = flag {
+                f.store(false, Ordering::SeqCst);
+            }
             tracing::debug!(error = %e, "no detection thread; detecting in place");
             match take(&job) {
                 Some(run) => run(),
@@ -285,5 +361,76 @@ fn on_thread<T: Send + 'static>(
                 ),
             }
         }
+    }
+}
+
+/// The lock that serialises detection. `fork` takes it first (so that a
+/// child gets the result of a detection in progress, which ends within the
+/// time limit: the threads it gives up on hold no lock); the parent releases
+/// it, the child makes it anew and forgets the detection threads it does not
+/// have (`pthread_atfork`), so a child never waits on it.
+mod fork_lock {
+    use std::cell::UnsafeCell;
+    use std::sync::Once;
+
+    struct Raw(UnsafeCell<libc::pthread_mutex_t>);
+    // SAFETY: a pthread mutex is made to be shared between threads.
+    unsafe impl Sync for Raw {}
+
+    static LOCK: Raw = Raw(UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER));
+    static ATFORK: Once = Once::new();
+
+    pub(super) struct Guard(());
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            unlock();
+        }
+    }
+
+    fn raw_lock() {
+        // SAFETY: `LOCK` is an initialised static mutex.
+        unsafe { libc::pthread_mutex_lock(LOCK.0.get()) };
+    }
+
+    fn unlock() {
+        // SAFETY: called by the holder (or, after fork, its copy in the child).
+        unsafe { libc::pthread_mutex_unlock(LOCK.0.get()) };
+    }
+
+    extern "C" fn prepare() {
+        raw_lock();
+    }
+
+    extern "C" fn parent() {
+        unlock();
+    }
+
+    /// The child has only the thread that forked: the lock is made anew
+    /// (whoever held it), and no detection thread is running any more.
+    extern "C" fn child() {
+        // SAFETY: the child is single-threaded here; nothing else touches LOCK.
+        unsafe { *LOCK.0.get() = libc::PTHREAD_MUTEX_INITIALIZER };
+        for flag in &super::IN_FLIGHT {
+            flag.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Installs the handlers (once). glibc runs only the handlers installed
+    /// before a `fork` began, and lets others be installed while it runs
+    /// earlier ones: installed lazily, on the thread about to take the lock,
+    /// they could miss a concurrent fork that then copies the lock held.
+    /// So a program installs them before it has threads ([`install_fork_handlers`]).
+    pub(super) fn install() {
+        ATFORK.call_once(|| {
+            // SAFETY: the handlers are `extern "C" fn()` with no preconditions.
+            unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+        });
+    }
+
+    pub(super) fn lock() -> Guard {
+        install();
+        raw_lock();
+        Guard(())
     }
 }

@@ -59,9 +59,13 @@ extern "C" {
 
 /* `wrapper` points to {uint32 magic 0x48495046, uint32 version 1,
  * const void* fatbin, void* unused} in .hipFatBinSegment; fatbin is a clang
- * offload bundle or a CCOB compressed bundle. Returns the handle passed to the
- * calls below; never NULL. */
+ * offload bundle or a CCOB compressed bundle, parsed at first use. Returns
+ * the handle passed to the calls below: an opaque token, never dereferenced,
+ * never NULL. */
 void **__hipRegisterFatBinary(const void *wrapper);
+/* Releases a handle once; a handle released twice or never issued is an
+ * error (offload_loader_last_error), never a crash. Returns only when no
+ * other thread still reads the library's memory. */
 void __hipUnregisterFatBinary(void **handle);
 int __hipRegisterFunction(void **handle, const void *host_stub, char *dev_name,
                           const char *name, int thread_limit, void *tid,
@@ -103,7 +107,7 @@ int offload_loader_device_count(void);
 /* Device target ("gfx90a:sramecc+:xnack-", "sm_90"), NUL-terminated. */
 int offload_loader_device_target(int device, char *buf, size_t len);
 
-/* Libraries registered so far; ids run 0..count-1. */
+/* Libraries registered so far, unregistered ones included; ids run 0..count-1. */
 int offload_loader_library_count(void);
 /* Kernels and variables registered in a library, or -1. */
 int offload_loader_symbol_count(int library);

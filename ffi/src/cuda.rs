@@ -11,20 +11,21 @@
 //! `__cudaGetKernel`, `__cudaLaunchKernel` (every kernel's host stub). Their
 //! signatures are those of CUDA's `crt/host_runtime.h` and of clang's
 //! `CGCUDANV.cpp`, which emits the same calls. The handle `nvcc` stores
-//! (`__cudaFatCubinHandle`) is a heap cell holding this library's id.
+//! (`__cudaFatCubinHandle`) is an opaque token the registry issued and checks
+//! (as HIP's, [`crate::hip`]).
 //!
 //! Launching is out of scope, as for HIP: `__cudaGetKernel` resolves a host
 //! stub to its `CUfunction` on device 0 (what the driver's `cuLaunchKernel`
 //! takes), and `__cudaLaunchKernel` answers `cudaErrorNotSupported` (801).
 
 use std::cell::Cell;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use offload_loader::discover::process;
 use offload_loader::registration::{FatbinWrapper, WrapperKind};
-use offload_loader::{Container, Limits};
+use once_cell::sync::OnceCell;
 
-use crate::libraries::{self, Images, Runtime, Symbol, SymbolKind};
+use crate::libraries::{self, Images, Origin, Runtime, SymbolKind};
 use crate::{guard, set_last_error};
 
 /// `void **` as `nvcc` stores it in `__cudaFatCubinHandle`.
@@ -37,72 +38,59 @@ const CUDA_ERROR_NOT_SUPPORTED: c_int = 801;
 /// `cudaErrorMissingConfiguration`: pop without a push.
 const CUDA_ERROR_MISSING_CONFIGURATION: c_int = 52;
 
-fn new_handle(id: usize) -> Handle {
-    Box::into_raw(Box::new(id as *mut c_void))
-}
-
-fn handle_id(handle: *const c_void) -> Option<usize> {
-    if handle.is_null() {
-        return None;
-    }
-    // SAFETY: every non-null handle nvcc's code passes back is the value
-    // `__cudaRegisterFatBinary` returned, a `new_handle` cell.
-    let id = unsafe { *(handle as *const *mut c_void) } as usize;
-    (id != usize::MAX).then_some(id)
-}
-
-fn c_name(p: *const c_char) -> Option<String> {
-    // SAFETY: nvcc passes pointers to NUL-terminated names in the binary's
-    // read-only data, or null.
-    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-}
-
 /// Registers the fat binary behind `wrapper` (`__fatBinC_Wrapper_t` in
 /// `.nvFatBinSegment`: magic `0x466243b1`, version, pointer to the fat binary
 /// in `.nv_fatbin`). Only the entry selected for a device is ever inflated.
 #[no_mangle]
 pub extern "C" fn __cudaRegisterFatBinary(wrapper: *mut c_void) -> Handle {
-    let id = guard(usize::MAX, || match register(wrapper as usize) {
-        Ok(id) => id,
-        Err(e) => {
-            tracing::warn!("{e}");
-            eprintln!("offload-loader: {e}");
-            set_last_error(e);
-            usize::MAX
-        }
-    });
-    new_handle(id)
+    guard(std::ptr::null_mut(), || {
+        let id = match register(wrapper as usize) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                tracing::warn!("{e}");
+                eprintln!("offload-loader: {e}");
+                set_last_error(e);
+                None
+            }
+        };
+        libraries::issue_handle(id) as Handle
+    })
 }
 
 fn register(wrapper: usize) -> Result<usize, String> {
-    let (object, span) = process::span_containing(wrapper)
+    let located = process::locate(wrapper)
         .ok_or_else(|| format!("fat binary wrapper at {wrapper:#x} is not in any loaded object"))?;
-    // SAFETY: `span` lies inside a loaded segment of `object`, which stays
-    // loaded at least until its destructor unregisters this fat binary.
-    let bytes = unsafe { process::memory(span) };
+    // SAFETY: the span lies inside a loaded segment of the registering
+    // object, which stays loaded until its destructor unregisters this fat
+    // binary; the registry reaches these bytes only until then.
+    let bytes = unsafe { process::memory(wrapper..located.segment.end) };
+    // SAFETY (for the paths below): the object is loaded; we are in its constructor.
+    let path = || unsafe { located.object.path() }.display().to_string();
     let info = FatbinWrapper::parse(bytes)
-        .map_err(|e| format!("{}: wrapper at {wrapper:#x}: {e}", object.path.display()))?;
+        .map_err(|e| format!("{}: wrapper at {wrapper:#x}: {e}", path()))?;
     if info.kind != WrapperKind::Cuda {
         return Err(format!(
             "{}: wrapper at {wrapper:#x} is a {} wrapper, not CUDA's",
-            object.path.display(),
+            path(),
             info.kind
         ));
     }
     let fatbin = info.fatbin as usize;
-    let (_, span) = process::span_containing(fatbin).ok_or_else(|| {
+    let span = process::locate(fatbin).ok_or_else(|| {
         format!("fat binary at {fatbin:#x} (wrapper at {wrapper:#x}) is not in any loaded object")
     })?;
     // SAFETY: as above, for the segment holding the fat binary.
-    let bytes = unsafe { process::memory(span) };
-    let origin = format!("{} fatbin at {fatbin:#x}", object.path.display());
-    let container =
-        Container::parse(bytes, &Limits::default()).map_err(|e| format!("{origin}: {e}"))?;
-    Ok(libraries::register(
-        Runtime::Cuda,
-        origin,
-        Images::Container(container),
-    ))
+    let bytes = unsafe { process::memory(fatbin..span.segment.end) };
+    let origin = Origin {
+        object: located.object,
+        what: "fatbin",
+        address: fatbin,
+    };
+    let source = Images::Fatbin {
+        bytes,
+        parsed: OnceCell::new(),
+    };
+    Ok(libraries::register(Runtime::Cuda, origin, source))
 }
 
 /// Called once the fat binary's kernels and variables are registered: nothing
@@ -111,38 +99,22 @@ fn register(wrapper: usize) -> Result<usize, String> {
 #[no_mangle]
 pub extern "C" fn __cudaRegisterFatBinaryEnd(_handle: Handle) {}
 
-/// Unregisters the fat binary and unloads what was loaded from it.
+/// Unregisters the fat binary and unloads what was loaded from it. A handle
+/// that was never issued, or was already released, is an error recorded for
+/// the caller; nothing else happens.
 #[no_mangle]
 pub extern "C" fn __cudaUnregisterFatBinary(handle: Handle) {
     guard((), || {
-        if let Some(id) = handle_id(handle as *const c_void) {
+        match libraries::release_handle(handle as usize) {
+        Some(Some(id)) => {
             libraries::unregister(id);
         }
-        if !handle.is_null() {
-            // SAFETY: `handle` came from `new_handle`; nvcc's destructor
-            // calls this once per registration.
-            drop(unsafe { Box::from_raw(handle) });
-        }
+        Some(None) => {}
+        None => set_last_error(format!(
+            "__cudaUnregisterFatBinary: {handle:p} is not a handle this library issued, or it was already released"
+        )),
+    }
     })
-}
-
-fn add(handle: Handle, host: *const c_void, dev_name: *const c_char, kind: SymbolKind) {
-    let Some(id) = handle_id(handle as *const c_void) else {
-        set_last_error("symbol registered against a fat binary that failed to register");
-        return;
-    };
-    let Some(name) = c_name(dev_name) else {
-        set_last_error("symbol registered without a name");
-        return;
-    };
-    libraries::add_symbol(
-        id,
-        Symbol {
-            host: host as usize,
-            name,
-            kind,
-        },
-    );
 }
 
 /// Registers kernel `device_name`, launched from host stub `host_fun`.
@@ -161,12 +133,13 @@ pub extern "C" fn __cudaRegisterFunction(
     _warp_size: *mut c_int,
 ) {
     guard((), || {
-        let name = if device_name.is_null() {
-            device_fun as *const c_char
-        } else {
-            device_name
-        };
-        add(handle, host_fun.cast(), name, SymbolKind::Kernel)
+        crate::hip::add(
+            handle as *const c_void,
+            host_fun.cast(),
+            device_name,
+            device_fun,
+            SymbolKind::Kernel,
+        )
     })
 }
 
@@ -184,15 +157,11 @@ pub extern "C" fn __cudaRegisterVar(
     _global: c_int,
 ) {
     guard((), || {
-        let name = if device_name.is_null() {
-            device_address as *const c_char
-        } else {
-            device_name
-        };
-        add(
-            handle,
+        crate::hip::add(
+            handle as *const c_void,
             host_var as *const c_void,
-            name,
+            device_name,
+            device_address,
             SymbolKind::Variable { size: size as u64 },
         )
     })
@@ -279,13 +248,20 @@ pub extern "C" fn __cudaPopCallConfiguration(
 #[no_mangle]
 pub extern "C" fn __cudaGetKernel(kernel: *mut *mut c_void, host_fun: *const c_void) -> c_int {
     guard(CUDA_ERROR_INVALID_DEVICE_FUNCTION, || {
-        let found =
-            libraries::find(|s| s.host == host_fun as usize && s.kind == SymbolKind::Kernel);
-        let Some((lib, symbol)) = found else {
+        let Some((lib, symbol)) = libraries::kernel(host_fun as usize) else {
             set_last_error(format!("no kernel registered for host stub {host_fun:p}"));
             return CUDA_ERROR_INVALID_DEVICE_FUNCTION;
         };
-        match libraries::resolve(&lib, 0, &symbol) {
+        let resolved = match lib.enter() {
+            Some(reading) => reading.resolve(0, &symbol),
+            None => {
+                set_last_error(format!(
+                    "the library of host stub {host_fun:p} was unregistered"
+                ));
+                return CUDA_ERROR_INVALID_DEVICE_FUNCTION;
+            }
+        };
+        match resolved {
             Ok((handle, _)) => {
                 if !kernel.is_null() {
                     // SAFETY: the stub passes a pointer to its own local.

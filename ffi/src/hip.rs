@@ -2,127 +2,130 @@
 //! clang/lib/CodeGen/CGCUDANV.cpp): register the fat binary, then each kernel
 //! and variable against the returned handle; unregister at exit.
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use offload_loader::discover::process;
 use offload_loader::registration::FatbinWrapper;
-use offload_loader::{Container, Limits};
+use once_cell::sync::OnceCell;
 
-use crate::libraries::{self, Images, Runtime, Symbol, SymbolKind};
+use crate::libraries::{self, HandleState, Images, Origin, Runtime, Symbol, SymbolKind};
 use crate::{guard, set_last_error};
 
-/// The handle clang stores in `__hip_gpubin_handle`: a heap cell holding the
-/// library id, or `usize::MAX` when the fat binary could not be registered.
+/// The handle clang stores in `__hip_gpubin_handle` and passes back: an
+/// opaque token the registry issued (never dereferenced, by clang or here),
+/// checked against the tokens issued and not yet released.
 type Handle = *mut *mut c_void;
-
-fn new_handle(id: usize) -> Handle {
-    Box::into_raw(Box::new(id as *mut c_void))
-}
-
-/// The library id behind `handle`, if it names one.
-fn handle_id(handle: *const c_void) -> Option<usize> {
-    if handle.is_null() {
-        return None;
-    }
-    // SAFETY: every non-null handle clang passes back is one `new_handle`
-    // returned (it stores the return value of `__hipRegisterFatBinary`).
-    let id = unsafe { *(handle as *const *mut c_void) } as usize;
-    (id != usize::MAX).then_some(id)
-}
-
-/// The NUL-terminated string at `p`, if any.
-fn c_name(p: *const c_char) -> Option<String> {
-    // SAFETY: clang passes pointers to NUL-terminated names in the binary's
-    // read-only data, or null.
-    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-}
 
 /// Registers the fat binary described by `wrapper` (a `__CudaFatBinaryWrapper`
 /// in `.hipFatBinSegment`: magic `0x48495046`, version 1, pointer to the bundle).
+/// Returns a handle even when the fat binary cannot be registered, as HIP
+/// does: the symbols registered against it then record an error.
 #[no_mangle]
 pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
-    // The handle is allocated once, outside the guard: a fallback value
-    // built eagerly would leak on every successful call.
-    let id = guard(usize::MAX, || match register_fatbin(wrapper as usize) {
-        Ok(id) => id,
-        Err(e) => {
-            tracing::warn!("{e}");
-            eprintln!("offload-loader: {e}");
-            set_last_error(e);
-            usize::MAX
-        }
-    });
-    new_handle(id)
+    guard(std::ptr::null_mut(), || {
+        let id = match register_fatbin(wrapper as usize) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                tracing::warn!("{e}");
+                eprintln!("offload-loader: {e}");
+                set_last_error(e);
+                None
+            }
+        };
+        libraries::issue_handle(id) as Handle
+    })
 }
 
 fn register_fatbin(wrapper: usize) -> Result<usize, String> {
-    let (object, span) = process::span_containing(wrapper)
+    let located = process::locate(wrapper)
         .ok_or_else(|| format!("fat binary wrapper at {wrapper:#x} is not in any loaded object"))?;
-    // SAFETY: `span` lies inside a loaded segment of `object`, which stays
-    // loaded at least until its destructor unregisters this fat binary.
-    let bytes = unsafe { process::memory(span) };
+    // SAFETY: the span lies inside a loaded segment of the registering
+    // object, which stays loaded until its destructor unregisters this fat
+    // binary; the registry reaches these bytes only until then.
+    let bytes = unsafe { process::memory(wrapper..located.segment.end) };
     let wrapper_info = FatbinWrapper::parse(bytes).map_err(|e| {
+        // SAFETY: the object is loaded (we are in its constructor).
+        let path = unsafe { located.object.path() };
         format!(
             "{}: fat binary wrapper at {wrapper:#x}: {e}",
-            object.path.display()
+            path.display()
         )
     })?;
     let fatbin = wrapper_info.fatbin as usize;
-    let (_, span) = process::span_containing(fatbin).ok_or_else(|| {
+    let span = process::locate(fatbin).ok_or_else(|| {
         format!(
             "fat binary at {fatbin:#x} (from wrapper at {wrapper:#x}) is not in any loaded object"
         )
     })?;
     // SAFETY: as above, for the segment holding the fat binary.
-    let bytes = unsafe { process::memory(span) };
-    let origin = format!("{} fatbin at {fatbin:#x}", object.path.display());
-    let container =
-        Container::parse(bytes, &Limits::default()).map_err(|e| format!("{origin}: {e}"))?;
-    Ok(libraries::register(
-        Runtime::Hip,
-        origin,
-        Images::Container(container),
-    ))
+    let bytes = unsafe { process::memory(fatbin..span.segment.end) };
+    let origin = Origin {
+        object: located.object,
+        what: "fatbin",
+        address: fatbin,
+    };
+    let source = Images::Fatbin {
+        bytes,
+        parsed: OnceCell::new(),
+    };
+    let id = libraries::register(Runtime::Hip, origin, source);
+    Ok(id)
 }
 
-/// Unregisters the fat binary and unloads what was loaded from it.
+/// Unregisters the fat binary and unloads what was loaded from it. A handle
+/// that was never issued, or was already released, is an error recorded for
+/// the caller; nothing else happens.
 #[no_mangle]
 pub extern "C" fn __hipUnregisterFatBinary(handle: Handle) {
     guard((), || {
-        if let Some(id) = handle_id(handle as *const c_void) {
+        match libraries::release_handle(handle as usize) {
+        Some(Some(id)) => {
             libraries::unregister(id);
         }
-        if !handle.is_null() {
-            // SAFETY: `handle` came from `new_handle` and clang calls this once,
-            // from the module destructor.
-            drop(unsafe { Box::from_raw(handle) });
-        }
+        Some(None) => {}
+        None => set_last_error(format!(
+            "__hipUnregisterFatBinary: {handle:p} is not a handle this library issued, or it was already released"
+        )),
+    }
     })
 }
 
-fn add(
+/// Records symbol `dev_name` (else `name`) at host address `host` in the
+/// library behind `handle`; the CUDA ABI's registrations come here too.
+pub(crate) fn add(
     handle: *const c_void,
     host: *const c_void,
     dev_name: *const c_char,
     name: *const c_char,
     kind: SymbolKind,
 ) {
-    let Some(id) = handle_id(handle) else {
-        set_last_error("symbol registered against a fat binary that failed to register");
-        return;
+    let id = match libraries::handle(handle as usize) {
+        HandleState::Library(id) => id,
+        HandleState::Failed => {
+            set_last_error("symbol registered against a fat binary that failed to register");
+            return;
+        }
+        HandleState::Unknown => {
+            set_last_error(format!(
+                "symbol registered against {handle:p}, which is not a live handle of this library"
+            ));
+            return;
+        }
     };
-    let Some(name) = c_name(dev_name).or_else(|| c_name(name)) else {
+    // Borrowed, not copied: the name is read when a lookup or message needs it.
+    let name = if !dev_name.is_null() { dev_name } else { name };
+    if name.is_null() {
         set_last_error("symbol registered without a name");
         return;
+    }
+    let symbol = Symbol {
+        host: host as usize,
+        name: name as usize,
+        kind,
     };
-    libraries::add_symbol(
-        id,
-        Symbol {
-            host: host as usize,
-            name,
-            kind,
-        },
-    );
+    if let Err(e) = libraries::add_symbol(id, symbol) {
+        set_last_error(e.to_string());
+    }
 }
 
 /// Registers kernel `dev_name`, launched from host stub `host_stub`.

@@ -11,47 +11,36 @@
 //!
 //! No panic crosses the ABI: every entry point runs under [`guard`], and a
 //! failure is recorded as the calling thread's last error. Registration is
-//! thread-safe. Launching kernels is out of scope.
+//! thread-safe and fork-safe, and a library is revoked before its object is
+//! unmapped (see `libraries`). Launching kernels is out of scope.
 
+mod abi;
 mod cuda;
 mod devices;
 mod error;
 mod hip;
 mod info;
 mod libraries;
+mod lock;
 mod omp;
 mod query;
 
-use std::cell::RefCell;
-use std::ffi::CString;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+pub(crate) use abi::{guard, set_last_error, LAST_ERROR};
 
-thread_local! {
-    static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
+/// Runs when the library is loaded, before any registration: resolves what
+/// registration needs from the dynamic loader now, under the loader's lock
+/// that loading holds anyway, rather than later on a thread another may fork
+/// beside.
+/// Installs the `fork` handlers here too, before the program can have
+/// threads: glibc ignores handlers installed while a fork is running others.
+extern "C" fn on_load() {
+    let _ = std::panic::catch_unwind(|| {
+        offload_loader::discover::process::prepare_locate();
+        libraries::install_fork_handlers();
+        offload_detect::install_fork_handlers();
+    });
 }
 
-/// Records `message` as this thread's last error (see `offload_loader_last_error`).
-pub(crate) fn set_last_error(message: impl Into<String>) {
-    let message = message.into();
-    tracing::debug!("{message}");
-    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = Some(c));
-}
-
-/// Runs `f`, turning a panic into `fallback` and a last-error message, so that
-/// no unwinding ever crosses into the C caller.
-pub(crate) fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
-    info::init();
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(v) => v,
-        Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            set_last_error(format!("internal error (caught panic): {what}"));
-            fallback
-        }
-    }
-}
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;

@@ -3,9 +3,7 @@
 //! the obsolete `__tgt_register_requires`, `__tgt_init_all_rtls`, and AOMP's
 //! `__tgt_register_image_info` (seed 000).
 
-use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
-use std::sync::Mutex;
 
 use offload_loader::container::from_descriptor_image;
 use offload_loader::discover::process;
@@ -13,26 +11,19 @@ use offload_loader::entries::{EntryKind, EntryTable};
 use offload_loader::registration::{BinaryDescriptor, DeviceImage, ImageInfo, DEVICE_IMAGE_SIZE};
 use offload_loader::target::OffloadKind;
 
-use crate::libraries::{self, Images, Runtime, Symbol, SymbolKind};
+use crate::libraries::{self, Images, Origin, Runtime, Symbol, SymbolKind};
 use crate::{guard, set_last_error};
 
 /// Most images one descriptor may list.
 const MAX_IMAGES: u32 = 4096;
 
-/// Descriptor address → library id.
-static DESCRIPTORS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
-/// AOMP image infos waiting for the next descriptor: image number → target ID.
-static IMAGE_INFO: Mutex<Vec<(i32, String)>> = Mutex::new(Vec::new());
-/// Requirement flags from `__tgt_register_requires`.
-static REQUIRES: Mutex<i64> = Mutex::new(0);
-
 /// The `len` bytes at `addr` of this process, checked to lie in one loaded segment.
 fn memory(addr: u64, len: u64, what: &str) -> Result<&'static [u8], String> {
     let start =
         usize::try_from(addr).map_err(|_| format!("{what} at {addr:#x} is out of range"))?;
-    let (_, span) = process::span_containing(start)
+    let located = process::locate(start)
         .ok_or_else(|| format!("{what} at {addr:#x} is not in any loaded object"))?;
-    if (span.len() as u64) < len {
+    if ((located.segment.end - start) as u64) < len {
         return Err(format!(
             "{what} at {addr:#x} ({len} bytes) runs past its segment"
         ));
@@ -42,12 +33,18 @@ fn memory(addr: u64, len: u64, what: &str) -> Result<&'static [u8], String> {
     Ok(unsafe { process::memory(start..start + len as usize) })
 }
 
+/// The address of the NUL-terminated string at `addr`, checked to start in
+/// a loaded segment; it stays borrowed, read when needed.
+fn c_string_at(addr: u64) -> Option<usize> {
+    memory(addr, 1, "string").ok().map(|b| b.as_ptr() as usize)
+}
+
 fn c_string(addr: u64) -> Option<String> {
-    let bytes = memory(addr, 1, "string").ok()?;
+    let at = c_string_at(addr)?;
     // SAFETY: the name pointer of an entry points to a NUL-terminated string in
     // the binary's read-only data (checked to be mapped above).
     Some(
-        unsafe { CStr::from_ptr(bytes.as_ptr().cast()) }
+        unsafe { CStr::from_ptr(at as *const std::ffi::c_char) }
             .to_string_lossy()
             .into_owned(),
     )
@@ -69,10 +66,15 @@ fn register(desc: u64) -> Result<(), String> {
     let bytes = memory(desc, 32, "__tgt_bin_desc")?;
     let descriptor = BinaryDescriptor::parse(bytes, MAX_IMAGES)
         .map_err(|e| format!("__tgt_bin_desc at {desc:#x}: {e}"))?;
-    let origin = process::span_containing(desc as usize)
-        .map(|(o, _)| format!("{} descriptor at {desc:#x}", o.path.display()))
-        .unwrap_or_else(|| format!("descriptor at {desc:#x}"));
-    let infos = std::mem::take(&mut *IMAGE_INFO.lock().unwrap_or_else(|e| e.into_inner()));
+    let located = process::locate(desc as usize)
+        .ok_or_else(|| format!("__tgt_bin_desc at {desc:#x} is not in any loaded object"))?;
+    // Only for messages, made now because registration failed.
+    let origin = || {
+        // SAFETY: the descriptor's object is loaded (it is registering).
+        let path = unsafe { located.object.path() };
+        format!("{} descriptor at {desc:#x}", path.display())
+    };
+    let infos = libraries::with(|r| std::mem::take(&mut r.image_info));
     let count = u64::from(descriptor.image_count);
     let table = if count == 0 {
         &[][..]
@@ -87,8 +89,8 @@ fn register(desc: u64) -> Result<(), String> {
     let mut code = Vec::new();
     for i in 0..count {
         let at = (i * DEVICE_IMAGE_SIZE) as usize;
-        let device_image =
-            DeviceImage::parse(&table[at..]).map_err(|e| format!("{origin}: image {i}: {e}"))?;
+        let device_image = DeviceImage::parse(&table[at..])
+            .map_err(|e| format!("{}: image {i}: {e}", origin()))?;
         let data = memory(
             device_image.image.start,
             device_image.image.len(),
@@ -110,20 +112,21 @@ fn register(desc: u64) -> Result<(), String> {
     }
     let id = libraries::register(
         Runtime::OpenMp,
-        origin.clone(),
+        Origin {
+            object: located.object,
+            what: "descriptor",
+            address: desc as usize,
+        },
         Images::Listed { images, code },
     );
-    DESCRIPTORS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(desc as usize, id);
+    libraries::with(|r| r.descriptors.insert(desc as usize, id));
     let entries = descriptor.host_entries;
     if !entries.is_empty() {
         let data = memory(entries.start, entries.len(), "host entry table")?;
-        let table = EntryTable::parse(data).map_err(|e| format!("{origin}: host entries: {e}"))?;
+        let table =
+            EntryTable::parse(data).map_err(|e| format!("{}: host entries: {e}", origin()))?;
         for entry in table.iter() {
-            let entry = entry.map_err(|e| format!("{origin}: host entries: {e}"))?;
+            let entry = entry.map_err(|e| format!("{}: host entries: {e}", origin()))?;
             // llvm_offload_entries is shared by every runtime: as libomptarget
             // does, take only OpenMP's (legacy entries carry no kind).
             if entry.runtime().is_some_and(|r| r != OffloadKind::OpenMp) {
@@ -136,21 +139,22 @@ fn register(desc: u64) -> Result<(), String> {
                 // unknown flags name nothing to resolve.
                 _ => continue,
             };
-            let Some(name) = c_string(entry.name) else {
+            let Some(name) = c_string_at(entry.name) else {
                 set_last_error(format!(
-                    "{origin}: entry at {:#x} has an unreadable name",
+                    "{}: entry at {:#x} has an unreadable name",
+                    origin(),
                     entry.offset
                 ));
                 continue;
             };
-            libraries::add_symbol(
-                id,
-                Symbol {
-                    host: entry.address as usize,
-                    name,
-                    kind,
-                },
-            );
+            let symbol = Symbol {
+                host: entry.address as usize,
+                name,
+                kind,
+            };
+            if let Err(e) = libraries::add_symbol(id, symbol) {
+                set_last_error(e.to_string());
+            }
         }
     }
     Ok(())
@@ -160,11 +164,7 @@ fn register(desc: u64) -> Result<(), String> {
 #[no_mangle]
 pub extern "C" fn __tgt_unregister_lib(desc: *mut c_void) {
     guard((), || {
-        let id = DESCRIPTORS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-            .and_then(|m| m.remove(&(desc as usize)));
+        let id = libraries::with(|r| r.descriptors.remove(&(desc as usize)));
         match id {
             Some(id) => {
                 libraries::unregister(id);
@@ -179,16 +179,19 @@ pub extern "C" fn __tgt_unregister_lib(desc: *mut c_void) {
 #[no_mangle]
 pub extern "C" fn __tgt_register_requires(flags: i64) {
     guard((), || {
-        *REQUIRES.lock().unwrap_or_else(|e| e.into_inner()) |= flags;
+        libraries::with(|r| r.requires |= flags);
         tracing::debug!(flags, "__tgt_register_requires");
     })
 }
 
-/// Detects the devices now rather than at the first registration.
+/// Detects the devices now rather than at the first registration. Called
+/// from constructors, where the dynamic loader's lock may be held: detects
+/// on this thread, as eager registration does, never on the time-limited
+/// detection thread (which could wait for that lock).
 #[no_mangle]
 pub extern "C" fn __tgt_init_all_rtls() {
     guard((), || {
-        let _ = crate::devices::devices();
+        let _ = crate::devices::devices_in_place();
     })
 }
 
@@ -200,10 +203,7 @@ pub extern "C" fn __tgt_register_image_info(info: *mut c_void) {
             .and_then(|b| ImageInfo::parse(b).map_err(|e| e.to_string()));
         match parsed {
             Ok(i) => match c_string(i.offload_arch) {
-                Some(arch) => IMAGE_INFO
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((i.image_number, arch)),
+                Some(arch) => libraries::with(|r| r.image_info.push((i.image_number, arch))),
                 None => set_last_error("__tgt_image_info has an unreadable offload_arch"),
             },
             Err(e) => set_last_error(e),

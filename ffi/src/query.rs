@@ -8,7 +8,7 @@ use offload_loader::ImageSource;
 
 use crate::devices::devices;
 use crate::error::{status, Error, INTERNAL, NOT_FOUND};
-use crate::libraries::{self, SymbolKind};
+use crate::libraries::{self, Found};
 use crate::{guard, LAST_ERROR};
 
 /// Copies `s` with a NUL into `buf` of `len` bytes.
@@ -57,11 +57,7 @@ pub extern "C" fn offload_loader_device_target(
 /// Number of libraries registered so far (ids run from 0; unregistered ones stay counted).
 #[no_mangle]
 pub extern "C" fn offload_loader_library_count() -> c_int {
-    guard(0, || {
-        libraries::libraries()
-            .last()
-            .map_or(0, |l| l.id as c_int + 1)
-    })
+    guard(0, || libraries::count().try_into().unwrap_or(c_int::MAX))
 }
 
 /// The image library `library` selected for `device`: its index, target ID
@@ -84,6 +80,7 @@ pub extern "C" fn offload_loader_selected_image(
                 .ok()
                 .and_then(libraries::library)
                 .ok_or(Error::NoLibrary(library.into()))?;
+            let lib = lib.enter().ok_or(Error::NoLibrary(library.into()))?;
             let selection = usize::try_from(device)
                 .ok()
                 .and_then(|d| lib.selections().get(d))
@@ -127,11 +124,13 @@ pub extern "C" fn offload_loader_selected_image(
 }
 
 fn lookup(
-    found: Option<(std::sync::Arc<libraries::Library>, libraries::Symbol)>,
-    what: &str,
+    found: Option<Found>,
+    what: impl Fn() -> String,
     device: c_int,
 ) -> Result<(u64, u64), Error> {
-    let (lib, symbol) = found.ok_or_else(|| Error::NoSymbol(what.to_string()))?;
+    let (lib, symbol) = found.ok_or_else(|| Error::NoSymbol(what()))?;
+    // Unregistered since it was found: as if never found.
+    let lib = lib.enter().ok_or_else(|| Error::NoSymbol(what()))?;
     let d = usize::try_from(device)
         .ok()
         .filter(|&d| d < lib.selections().len())
@@ -139,10 +138,11 @@ fn lookup(
     if lib.selections()[d].chosen.is_none() {
         return Err(Error::NoImage(format!(
             "{}: device {device} has no compatible image for {}",
-            lib.origin, symbol.name
+            lib.origin(),
+            lib.name(&symbol)
         )));
     }
-    libraries::resolve(&lib, d, &symbol)
+    lib.resolve(d, &symbol)
 }
 
 /// The device kernel handle of the kernel whose host stub is `host_stub`
@@ -157,10 +157,9 @@ pub extern "C" fn offload_loader_kernel(
         if handle.is_null() {
             return status(Err(Error::Invalid("null handle pointer")));
         }
-        let found =
-            libraries::find(|s| s.host == host_stub as usize && s.kind == SymbolKind::Kernel);
-        let what = format!("kernel with host stub {host_stub:p}");
-        status(lookup(found, &what, device).map(|(h, _)| {
+        let found = libraries::kernel(host_stub as usize);
+        let what = || format!("kernel with host stub {host_stub:p}");
+        status(lookup(found, what, device).map(|(h, _)| {
             // SAFETY: checked non-null above.
             unsafe { *handle = h };
         }))
@@ -179,16 +178,13 @@ pub extern "C" fn offload_loader_kernel_by_name(
             return status(Err(Error::Invalid("null name or handle pointer")));
         }
         // SAFETY: the caller passes a NUL-terminated string.
-        let name = unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned();
-        let found = libraries::find(|s| s.name == name && s.kind == SymbolKind::Kernel);
-        status(
-            lookup(found, &format!("kernel {name}"), device).map(|(h, _)| {
-                // SAFETY: checked non-null above.
-                unsafe { *handle = h };
-            }),
-        )
+        let name = unsafe { CStr::from_ptr(name) };
+        let found = libraries::kernel_by_name(name);
+        let what = || format!("kernel {}", name.to_string_lossy());
+        status(lookup(found, what, device).map(|(h, _)| {
+            // SAFETY: checked non-null above.
+            unsafe { *handle = h };
+        }))
     })
 }
 
@@ -201,10 +197,9 @@ pub extern "C" fn offload_loader_variable(
     size: *mut u64,
 ) -> c_int {
     guard(INTERNAL, || {
-        let found =
-            libraries::find(|s| s.host == host_var as usize && s.kind != SymbolKind::Kernel);
-        let what = format!("variable with host address {host_var:p}");
-        status(lookup(found, &what, device).map(|(a, s)| {
+        let found = libraries::variable(host_var as usize);
+        let what = || format!("variable with host address {host_var:p}");
+        status(lookup(found, what, device).map(|(a, s)| {
             // SAFETY: non-null out-pointers provided by the caller.
             unsafe {
                 if !address.is_null() {
@@ -224,10 +219,8 @@ pub extern "C" fn offload_loader_symbol_count(library: c_int) -> c_int {
     guard(NOT_FOUND, || {
         usize::try_from(library)
             .ok()
-            .and_then(libraries::library)
-            .map_or(NOT_FOUND, |l| {
-                l.symbols.lock().unwrap_or_else(|e| e.into_inner()).len() as c_int
-            })
+            .and_then(libraries::symbol_count)
+            .map_or(NOT_FOUND, |n| n.try_into().unwrap_or(c_int::MAX))
     })
 }
 

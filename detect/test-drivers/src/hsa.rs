@@ -68,8 +68,12 @@ static EXECUTABLES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
 #[no_mangle]
 pub extern "C" fn hsa_init() -> u32 {
+    // Only the first call hangs: a driver that is slow once, as at boot.
+    static HUNG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if let Some(ms) = env_num("FAKE_HSA_HANG_MS") {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
+        if !HUNG.swap(true, Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
     }
     log_call("hsa_init".into());
     match env_num("FAKE_HSA_INIT_STATUS") {

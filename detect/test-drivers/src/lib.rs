@@ -10,7 +10,7 @@
 //! |---|---|
 //! | `FAKE_HSA_AGENTS` | GPU agents, `;`-separated; each `isa[|isa...][=marketing name]`, ISAs as target IDs (`gfx90a:sramecc+:xnack-|gfx9-generic=AMD Instinct MI210`), the agent's own first. A CPU agent always comes first. Agent `i` is KFD node `i + 1`, UUID `GPU-fa4e00000000000i` |
 //! | `FAKE_HSA_INIT_STATUS` | `hsa_init`'s status (`0x1008` or decimal) |
-//! | `FAKE_HSA_HANG_MS` | `hsa_init` sleeps this long first |
+//! | `FAKE_HSA_HANG_MS` | the first `hsa_init` of the process sleeps this long first |
 //! | `FAKE_HSA_LOAD_STATUS` | status of `hsa_executable_load_agent_code_object` |
 //! | `ROCR_VISIBLE_DEVICES` | applied inside `hsa_init`'s world as ROCR does, indices only: set but empty hides all; at most as many tokens as agents; the first invalid, out-of-range or repeated index ends the list |
 //! | `FAKE_CUDA_DEVICES` | `major.minor[:name]`, `;`-separated |

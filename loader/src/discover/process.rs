@@ -123,6 +123,298 @@ pub fn span_containing(addr: usize) -> Option<(LoadedObject, Range<usize>)> {
     })
 }
 
+/// The loaded segment an address lies in, and its object, found without
+/// allocating: what the runtime needs per registration call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    /// The object's name as the dynamic loader holds it (see [`ObjectName`]).
+    pub object: ObjectName,
+    /// The `PT_LOAD` segment that contains the address, in memory.
+    pub segment: Range<usize>,
+}
+
+/// The dynamic loader's name for a loaded object: a pointer to its
+/// NUL-terminated `l_name` (`dlpi_name`), empty for the main executable. It is
+/// read only when a message needs it, and is valid only while the object
+/// stays loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectName(usize);
+
+impl ObjectName {
+    /// The object's path: its loader name, or this executable's path for the
+    /// main program (whose loader name is empty).
+    ///
+    /// # Safety
+    /// The object this name came from must still be loaded.
+    pub unsafe fn path(self) -> PathBuf {
+        let name = if self.0 == 0 {
+            &[][..]
+        } else {
+            // SAFETY: a non-null name is the loader's NUL-terminated `l_name`,
+            // valid while the object is loaded (the caller's promise).
+            unsafe { CStr::from_ptr(self.0 as *const libc::c_char) }.to_bytes()
+        };
+        if name.is_empty() {
+            std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"))
+        } else {
+            PathBuf::from(std::ffi::OsStr::from_bytes(name))
+        }
+    }
+}
+
+/// The segment that contains `addr` and its object, or `None` when no loaded
+/// object maps `addr`.
+///
+/// Uses glibc's `_dl_find_object` (2.35 and later, looked up at run time):
+/// no lock, no walk over the loaded objects, no allocation, so the cost does
+/// not grow with the number of objects and a forked child never waits on the
+/// loader lock another thread held. The object's segments are read from its
+/// program headers in memory. Falls back to one `dl_iterate_phdr` walk (which
+/// takes the loader's lock) on older C libraries or unusual layouts.
+pub fn locate(addr: usize) -> Option<Located> {
+    match find_object::locate(addr) {
+        find_object::Answer::Found(located) => Some(located),
+        find_object::Answer::NotMapped => None,
+        find_object::Answer::Unavailable => locate_by_walk(addr),
+    }
+}
+
+/// Looks `_dl_find_object` up now. `dlsym` takes the dynamic loader's lock:
+/// a library that registers from constructors calls this from its own
+/// constructor, so that no later registration calls `dlsym` while another
+/// thread may `fork` (a child would inherit that lock held).
+pub fn prepare_locate() {
+    find_object::resolve();
+}
+
+/// [`locate`] by walking every loaded object with `dl_iterate_phdr`.
+pub fn locate_by_walk(addr: usize) -> Option<Located> {
+    struct Search {
+        addr: usize,
+        first: bool,
+        found: Option<Located>,
+    }
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `dl_iterate_phdr` passes a valid `info` for the duration of
+        // this call, and `data` is the `Search` passed by `locate_by_walk`.
+        let (info, search) = unsafe { (&*info, &mut *data.cast::<Search>()) };
+        let first = std::mem::replace(&mut search.first, false);
+        let base = info.dlpi_addr as usize;
+        let phdrs = if info.dlpi_phdr.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the loader guarantees `dlpi_phnum` headers at `dlpi_phdr`.
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+        };
+        let segment = phdrs
+            .iter()
+            .filter(|p| p.p_type == libc::PT_LOAD)
+            .filter_map(|p| {
+                let start = base.checked_add(p.p_vaddr as usize)?;
+                Some(start..start.checked_add(p.p_memsz as usize)?)
+            })
+            .find(|s| s.contains(&search.addr));
+        let Some(segment) = segment else { return 0 };
+        // The main executable is listed first, with an empty name.
+        let name = if first { 0 } else { info.dlpi_name as usize };
+        search.found = Some(Located {
+            object: ObjectName(name),
+            segment,
+        });
+        1
+    }
+    let mut search = Search {
+        addr,
+        first: true,
+        found: None,
+    };
+    // SAFETY: `visit` matches the callback type and only reads the
+    // `dl_phdr_info` it is handed, during the call; `search` outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut search as *mut Search).cast()) };
+    search.found
+}
+
+mod find_object {
+    use std::ffi::{c_int, c_void};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::{Located, ObjectName};
+
+    /// glibc's `struct dl_find_object` (x86-64 and most targets; the
+    /// reserved tail is larger than glibc's, which only writes its own fields).
+    #[repr(C)]
+    struct DlFindObject {
+        flags: u64,
+        map_start: usize,
+        map_end: usize,
+        link_map: *const LinkMap,
+        eh_frame: usize,
+        reserved: [u64; 16],
+    }
+
+    /// The public head of glibc's `struct link_map` (link.h).
+    #[repr(C)]
+    struct LinkMap {
+        l_addr: usize,
+        l_name: *const libc::c_char,
+    }
+
+    type FindObject = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> c_int;
+
+    /// 0: not looked up yet; 1: absent; otherwise the function's address.
+    static FUNCTION: AtomicUsize = AtomicUsize::new(0);
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+
+    pub(super) enum Answer {
+        Found(Located),
+        NotMapped,
+        Unavailable,
+    }
+
+    pub(super) fn resolve() {
+        let _ = function();
+    }
+
+    fn function() -> Option<FindObject> {
+        let mut f = FUNCTION.load(Ordering::Acquire);
+        if f == 0 {
+            if std::env::var_os("OFFLOAD_LOADER_NO_FIND_OBJECT").is_some() {
+                f = 1;
+            } else {
+                // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+                let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
+                f = if p.is_null() { 1 } else { p as usize };
+            }
+            // SAFETY: sysconf has no preconditions.
+            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            PAGE.store(
+                usize::try_from(page).unwrap_or(4096).max(4096),
+                Ordering::Relaxed,
+            );
+            FUNCTION.store(f, Ordering::Release);
+        }
+        // SAFETY: a non-sentinel value is the address dlsym gave for
+        // `_dl_find_object`, whose C signature is `FindObject`.
+        (f > 1).then(|| unsafe { std::mem::transmute::<usize, FindObject>(f) })
+    }
+
+    fn le_u16(b: &[u8], at: usize) -> u16 {
+        u16::from_le_bytes([b[at], b[at + 1]])
+    }
+
+    fn le_u64(b: &[u8], at: usize) -> u64 {
+        let mut v = [0; 8];
+        v.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(v)
+    }
+
+    pub(super) fn locate(addr: usize) -> Answer {
+        let Some(find) = function() else {
+            return Answer::Unavailable;
+        };
+        // SAFETY: all-zero is a valid `DlFindObject` (integers and a null pointer).
+        let mut result: DlFindObject = unsafe { std::mem::zeroed() };
+        // SAFETY: `_dl_find_object` reads no memory at `addr`, only compares it,
+        // and fills `result`, which is at least as large as glibc's struct.
+        if unsafe { find(addr as *mut c_void, &mut result) } != 0 {
+            return Answer::NotMapped;
+        }
+        if result.link_map.is_null()
+            || !cfg!(all(target_endian = "little", target_pointer_width = "64"))
+        {
+            return Answer::Unavailable;
+        }
+        // SAFETY: `dlfo_link_map` points to the object's live link map, whose
+        // public head is `LinkMap`.
+        let (base, name) = unsafe { ((*result.link_map).l_addr, (*result.link_map).l_name) };
+        let page = PAGE.load(Ordering::Relaxed);
+        let (start, end) = (result.map_start, result.map_end);
+        if end.saturating_sub(start) < page {
+            return Answer::Unavailable;
+        }
+        // SAFETY: `dlfo_map_start` is where glibc mapped the object's first
+        // PT_LOAD segment, at least one page long; the first segment of an
+        // ELF object holds its ELF and program headers and is readable (glibc
+        // itself reads the program headers there through PT_PHDR). What is
+        // read is checked below before it is trusted.
+        let head = unsafe { std::slice::from_raw_parts(start as *const u8, page) };
+        if head[..4] != *b"\x7fELF" || head[4] != 2 {
+            return Answer::Unavailable;
+        }
+        let (phoff, phentsize, phnum) = (
+            le_u64(head, 32) as usize,
+            usize::from(le_u16(head, 54)),
+            usize::from(le_u16(head, 56)),
+        );
+        let Some(phdrs) = phnum
+            .checked_mul(56)
+            .and_then(|n| phoff.checked_add(n))
+            .filter(|&e| phentsize == 56 && e <= page)
+            .map(|e| &head[phoff..e])
+        else {
+            return Answer::Unavailable;
+        };
+        // One pass over the program headers: the lowest PT_LOAD (which must
+        // map file offset 0 at `map_start` for the headers to be this
+        // object's) and the one that contains `addr`.
+        let mut lowest: Option<(u64, usize)> = None;
+        let mut segment = None;
+        for p in phdrs.chunks_exact(56) {
+            if u32::from_le_bytes([p[0], p[1], p[2], p[3]]) != libc::PT_LOAD {
+                continue;
+            }
+            let (offset, vaddr, memsz) =
+                (le_u64(p, 8), le_u64(p, 16) as usize, le_u64(p, 40) as usize);
+            if lowest.is_none_or(|(_, v)| vaddr < v) {
+                lowest = Some((offset, vaddr));
+            }
+            if segment.is_none() {
+                let s = base.wrapping_add(vaddr);
+                if addr >= s && addr - s < memsz {
+                    segment = Some(s..s + memsz);
+                }
+            }
+        }
+        let Some((offset, vaddr)) = lowest else {
+            return Answer::Unavailable;
+        };
+        if offset != 0 || base.wrapping_add(vaddr) & !(page - 1) != start {
+            return Answer::Unavailable;
+        }
+        match segment {
+            Some(segment) => Answer::Found(Located {
+                object: ObjectName(if start == main_start() {
+                    0
+                } else {
+                    name as usize
+                }),
+                segment,
+            }),
+            // In the object's mapping but in a gap between its segments.
+            None => Answer::NotMapped,
+        }
+    }
+
+    /// Where the main executable's mapping starts.
+    fn main_start() -> usize {
+        static MAIN: AtomicUsize = AtomicUsize::new(0);
+        let m = MAIN.load(Ordering::Relaxed);
+        if m != 0 {
+            return m;
+        }
+        // SAFETY: AT_PHDR is read from the auxiliary vector, no preconditions.
+        let phdr = unsafe { libc::getauxval(libc::AT_PHDR) } as usize;
+        let page = PAGE.load(Ordering::Relaxed).max(4096);
+        let m = phdr & !(page - 1);
+        MAIN.store(m, Ordering::Relaxed);
+        m
+    }
+}
+
 /// The bytes of `range` in this process's memory.
 ///
 /// # Safety
@@ -139,6 +431,35 @@ pub unsafe fn memory(range: Range<usize>) -> &'static [u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn locate_agrees_with_the_walk() {
+        let here = locate_agrees_with_the_walk as fn() as usize;
+        let libc_fn = libc::getpid as *const () as usize;
+        let data = &DATA as *const u8 as usize;
+        static DATA: u8 = 7;
+        for addr in [here, libc_fn, data] {
+            let fast = locate(addr).unwrap();
+            let walk = locate_by_walk(addr).unwrap();
+            assert_eq!(fast.segment, walk.segment, "{addr:#x}");
+            // SAFETY: both objects stay loaded for the whole test.
+            let (a, b) = unsafe { (fast.object.path(), walk.object.path()) };
+            assert_eq!(a, b);
+            assert_eq!(span_containing(addr).unwrap().1, addr..fast.segment.end);
+        }
+        // SAFETY: this test binary is loaded.
+        assert_eq!(
+            unsafe { locate(here).unwrap().object.path() },
+            std::env::current_exe().unwrap()
+        );
+        assert_eq!(locate(0), None);
+        assert_eq!(locate_by_walk(0), None);
+        // glibc 2.35 and later: the lock-free lookup is the one used.
+        assert!(matches!(
+            find_object::locate(here),
+            find_object::Answer::Found(_)
+        ));
+    }
 
     #[test]
     fn lists_this_test_binary_and_libc() {
