@@ -168,7 +168,10 @@ impl<'a> CompressedBundle<'a> {
                 },
             ));
         }
-        let out = self.decompress_prefix(self.uncompressed_size + 1)?;
+        let out = match self.decompress_whole()? {
+            Some(out) => out,
+            None => self.decompress_prefix(self.uncompressed_size + 1)?,
+        };
         if out.len() as u64 != self.uncompressed_size {
             return Err(self.decompress_error(format!(
                 "produced {} bytes, header promises {}",
@@ -197,6 +200,31 @@ impl<'a> CompressedBundle<'a> {
     fn window_log(&self) -> u32 {
         let size = self.uncompressed_size.max(1);
         (u64::BITS - (size - 1).leading_zeros() + 1).clamp(10, 31)
+    }
+
+    /// A zstd payload whose frame records the size the header promises is
+    /// inflated in one call straight into a buffer of that size (no window
+    /// buffer, no regrowth: how clang's own one-shot frames decode fastest).
+    /// `None` for other payloads, which stream.
+    fn decompress_whole(&self) -> Result<Option<Vec<u8>>> {
+        if self.method != Method::Zstd
+            || !matches!(
+                zstd::zstd_safe::get_frame_content_size(self.payload),
+                Ok(Some(n)) if n == self.uncompressed_size
+            )
+        {
+            return Ok(None);
+        }
+        let size = usize::try_from(self.uncompressed_size)
+            .map_err(|_| self.decompress_error("larger than memory".into()))?;
+        let mut out = Vec::with_capacity(size);
+        let inflate = |out: &mut Vec<u8>| -> std::io::Result<usize> {
+            let mut d = zstd::bulk::Decompressor::new()?;
+            d.window_log_max(self.window_log())?;
+            d.decompress_to_buffer(self.payload, out)
+        };
+        inflate(&mut out).map_err(|e| self.decompress_error(e.to_string()))?;
+        Ok(Some(out))
     }
 
     /// Decompresses at most `max` bytes from the start of the bundle: enough to
