@@ -25,8 +25,15 @@ pub(crate) struct Guard<'a, T> {
     lock: &'a ForkSafeMutex<T>,
 }
 
+/// What the atfork handlers do with the one lock that installed them.
+trait AtFork: Sync {
+    fn prepare(&self);
+    fn parent(&self);
+    fn child(&self);
+}
+
 /// The one instance's address, for the atfork handlers (they take no argument).
-static mut INSTANCE: Option<&'static ForkSafeMutex<crate::libraries::Shared>> = None;
+static mut INSTANCE: Option<&'static dyn AtFork> = None;
 
 impl<T> ForkSafeMutex<T> {
     pub(crate) const fn new(data: T, in_child: fn(&mut T)) -> Self {
@@ -50,7 +57,26 @@ impl<T> ForkSafeMutex<T> {
     }
 }
 
-impl ForkSafeMutex<crate::libraries::Shared> {
+impl<T: Send + 'static> AtFork for ForkSafeMutex<T> {
+    fn prepare(&self) {
+        self.raw_lock();
+    }
+
+    fn parent(&self) {
+        self.raw_unlock();
+    }
+
+    fn child(&self) {
+        // SAFETY: `prepare` took the lock on the thread that forked, which is
+        // the child's only thread: it has exclusive access.
+        let data = unsafe { &mut *self.data.get() };
+        // No panic may unwind out of an `extern "C"` handler.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.in_child)(data)));
+        self.raw_unlock();
+    }
+}
+
+impl<T: Send + 'static> ForkSafeMutex<T> {
     /// Installs the `fork` handlers (once): from the library's constructor,
     /// before the program has threads (glibc ignores handlers installed
     /// during a concurrent fork, which could then copy the lock held).
@@ -64,38 +90,33 @@ impl ForkSafeMutex<crate::libraries::Shared> {
     }
 
     /// Takes the lock (installing the handlers, if the constructor did not).
-    pub(crate) fn lock(&'static self) -> Guard<'static, crate::libraries::Shared> {
+    pub(crate) fn lock(&'static self) -> Guard<'static, T> {
         self.install();
         self.raw_lock();
         Guard { lock: self }
     }
 }
 
-fn instance() -> Option<&'static ForkSafeMutex<crate::libraries::Shared>> {
+fn instance() -> Option<&'static dyn AtFork> {
     // SAFETY: written once before any handler can run, read-only after.
     unsafe { *std::ptr::addr_of!(INSTANCE) }
 }
 
 extern "C" fn prepare() {
     if let Some(m) = instance() {
-        m.raw_lock();
+        m.prepare();
     }
 }
 
 extern "C" fn parent() {
     if let Some(m) = instance() {
-        m.raw_unlock();
+        m.parent();
     }
 }
 
 extern "C" fn child() {
     if let Some(m) = instance() {
-        // SAFETY: `prepare` took the lock on the thread that forked, which is
-        // the child's only thread: it has exclusive access.
-        let data = unsafe { &mut *m.data.get() };
-        // No panic may unwind out of an `extern "C"` handler.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (m.in_child)(data)));
-        m.raw_unlock();
+        m.child();
     }
 }
 
