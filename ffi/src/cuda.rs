@@ -21,15 +21,11 @@
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-use offload_loader::discover::process;
-use offload_loader::registration::{FatbinWrapper, WrapperKind};
-use once_cell::sync::OnceCell;
+use offload_loader::registration::WrapperKind;
 
-use crate::libraries::{self, Images, Origin, Runtime, SymbolKind};
+use crate::hip::Handle;
+use crate::libraries::{self, Runtime, SymbolKind};
 use crate::{guard, set_last_error};
-
-/// `void **` as `nvcc` stores it in `__cudaFatCubinHandle`.
-type Handle = *mut *mut c_void;
 
 /// `cudaErrorInvalidDeviceFunction`: no kernel registered for a host stub.
 const CUDA_ERROR_INVALID_DEVICE_FUNCTION: c_int = 98;
@@ -43,54 +39,7 @@ const CUDA_ERROR_MISSING_CONFIGURATION: c_int = 52;
 /// in `.nv_fatbin`). Only the entry selected for a device is ever inflated.
 #[no_mangle]
 pub extern "C" fn __cudaRegisterFatBinary(wrapper: *mut c_void) -> Handle {
-    guard(std::ptr::null_mut(), || {
-        let id = match register(wrapper as usize) {
-            Ok(id) => Some(id),
-            Err(e) => {
-                tracing::warn!("{e}");
-                eprintln!("offload-loader: {e}");
-                set_last_error(e);
-                None
-            }
-        };
-        libraries::issue_handle(id) as Handle
-    })
-}
-
-fn register(wrapper: usize) -> Result<usize, String> {
-    let located = process::locate(wrapper)
-        .ok_or_else(|| format!("fat binary wrapper at {wrapper:#x} is not in any loaded object"))?;
-    // SAFETY: the span lies inside a loaded segment of the registering
-    // object, which stays loaded until its destructor unregisters this fat
-    // binary; the registry reaches these bytes only until then.
-    let bytes = unsafe { process::memory(wrapper..located.segment.end) };
-    // SAFETY (for the paths below): the object is loaded; we are in its constructor.
-    let path = || unsafe { located.object.path() }.display().to_string();
-    let info = FatbinWrapper::parse(bytes)
-        .map_err(|e| format!("{}: wrapper at {wrapper:#x}: {e}", path()))?;
-    if info.kind != WrapperKind::Cuda {
-        return Err(format!(
-            "{}: wrapper at {wrapper:#x} is a {} wrapper, not CUDA's",
-            path(),
-            info.kind
-        ));
-    }
-    let fatbin = info.fatbin as usize;
-    let span = process::locate(fatbin).ok_or_else(|| {
-        format!("fat binary at {fatbin:#x} (wrapper at {wrapper:#x}) is not in any loaded object")
-    })?;
-    // SAFETY: as above, for the segment holding the fat binary.
-    let bytes = unsafe { process::memory(fatbin..span.segment.end) };
-    let origin = Origin {
-        object: located.object,
-        what: "fatbin",
-        address: fatbin,
-    };
-    let source = Images::Fatbin {
-        bytes,
-        parsed: OnceCell::new(),
-    };
-    Ok(libraries::register(Runtime::Cuda, origin, source))
+    crate::hip::register_wrapper(wrapper as usize, Runtime::Cuda, WrapperKind::Cuda)
 }
 
 /// Called once the fat binary's kernels and variables are registered: nothing

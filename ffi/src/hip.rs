@@ -5,7 +5,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use offload_loader::discover::process;
-use offload_loader::registration::FatbinWrapper;
+use offload_loader::registration::{FatbinWrapper, WrapperKind};
 use once_cell::sync::OnceCell;
 
 use crate::libraries::{self, HandleState, Images, Origin, Runtime, Symbol, SymbolKind};
@@ -14,7 +14,7 @@ use crate::{guard, set_last_error};
 /// The handle clang stores in `__hip_gpubin_handle` and passes back: an
 /// opaque token the registry issued (never dereferenced, by clang or here),
 /// checked against the tokens issued and not yet released.
-type Handle = *mut *mut c_void;
+pub(crate) type Handle = *mut *mut c_void;
 
 /// Registers the fat binary described by `wrapper` (a `__CudaFatBinaryWrapper`
 /// in `.hipFatBinSegment`: magic `0x48495046`, version 1, pointer to the bundle).
@@ -22,8 +22,14 @@ type Handle = *mut *mut c_void;
 /// does: the symbols registered against it then record an error.
 #[no_mangle]
 pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
+    register_wrapper(wrapper as usize, Runtime::Hip, WrapperKind::Hip)
+}
+
+/// Registers the fat binary behind a `kind` wrapper at `wrapper` for
+/// `runtime` and issues its handle (HIP's and, from [`crate::cuda`], CUDA's).
+pub(crate) fn register_wrapper(wrapper: usize, runtime: Runtime, kind: WrapperKind) -> Handle {
     guard(std::ptr::null_mut(), || {
-        let id = match register_fatbin(wrapper as usize) {
+        let id = match register_fatbin(wrapper, runtime, kind) {
             Ok(id) => Some(id),
             Err(e) => {
                 tracing::warn!("{e}");
@@ -36,22 +42,27 @@ pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
     })
 }
 
-fn register_fatbin(wrapper: usize) -> Result<usize, String> {
+/// Records where the fat binary is: it is parsed at first use, as HIP
+/// defers its fat binaries.
+fn register_fatbin(wrapper: usize, runtime: Runtime, kind: WrapperKind) -> Result<usize, String> {
     let located = process::locate(wrapper)
         .ok_or_else(|| format!("fat binary wrapper at {wrapper:#x} is not in any loaded object"))?;
     // SAFETY: the span lies inside a loaded segment of the registering
     // object, which stays loaded until its destructor unregisters this fat
     // binary; the registry reaches these bytes only until then.
     let bytes = unsafe { process::memory(wrapper..located.segment.end) };
-    let wrapper_info = FatbinWrapper::parse(bytes).map_err(|e| {
-        // SAFETY: the object is loaded (we are in its constructor).
-        let path = unsafe { located.object.path() };
-        format!(
-            "{}: fat binary wrapper at {wrapper:#x}: {e}",
-            path.display()
-        )
-    })?;
-    let fatbin = wrapper_info.fatbin as usize;
+    // SAFETY: the object is loaded (we are in its constructor).
+    let path = || unsafe { located.object.path() }.display().to_string();
+    let info = FatbinWrapper::parse(bytes)
+        .map_err(|e| format!("{}: fat binary wrapper at {wrapper:#x}: {e}", path()))?;
+    if info.kind != kind {
+        return Err(format!(
+            "{}: wrapper at {wrapper:#x} is a {} wrapper, not {kind}'s",
+            path(),
+            info.kind
+        ));
+    }
+    let fatbin = info.fatbin as usize;
     let span = process::locate(fatbin).ok_or_else(|| {
         format!(
             "fat binary at {fatbin:#x} (from wrapper at {wrapper:#x}) is not in any loaded object"
@@ -68,8 +79,7 @@ fn register_fatbin(wrapper: usize) -> Result<usize, String> {
         bytes,
         parsed: OnceCell::new(),
     };
-    let id = libraries::register(Runtime::Hip, origin, source);
-    Ok(id)
+    Ok(libraries::register(runtime, origin, source))
 }
 
 /// Unregisters the fat binary and unloads what was loaded from it. A handle
