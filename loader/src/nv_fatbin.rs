@@ -382,14 +382,8 @@ impl<'a> NvFatbin<'a> {
     /// size is an error.
     pub fn code(&self, index: usize, limits: &Limits) -> Result<Cow<'a, [u8]>> {
         let e = *self.entry(index)?;
-        if let Some(group) = e.group {
-            let blob = self.inflate(self.entry(group)?, limits)?;
-            let padded = Bytes(&blob)
-                .slice(e.offset, e.stored_size, "concat group member")
-                .map_err(|err| Error::new(e.header_offset + 4, err.kind))?;
-            let exact = exact_len(e.kind, padded) as usize;
-            return Ok(Cow::Owned(padded[..exact].to_vec()));
-        }
+        // Checked first: a member of a group that declares itself a group
+        // (a fuzzer's find) is not code either.
         if e.kind == kind::CONCAT {
             return Err(Error::new(
                 e.header_offset,
@@ -398,6 +392,14 @@ impl<'a> NvFatbin<'a> {
                     why: "a concat group is not code: read its members",
                 },
             ));
+        }
+        if let Some(group) = e.group {
+            let blob = self.inflate(self.entry(group)?, limits)?;
+            let padded = Bytes(&blob)
+                .slice(e.offset, e.stored_size, "concat group member")
+                .map_err(|err| Error::new(e.header_offset + 4, err.kind))?;
+            let exact = exact_len(e.kind, padded) as usize;
+            return Ok(Cow::Owned(padded[..exact].to_vec()));
         }
         if !e.is_compressed() {
             return self.payload(index).map(Cow::Borrowed);
@@ -1012,6 +1014,25 @@ pub(crate) mod tests {
                 assert!(f.len() <= d.len() as u64);
                 for i in 0..f.entries().len() {
                     let _ = f.payload(i);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_group_member_that_declares_a_group_is_not_code() {
+        // A fuzzer's find (fuzz/regressions/README.md).
+        let data = include_bytes!(
+            "../../fuzz/regressions/nv_fatbin_code/crash-group-member-declared-a-group"
+        );
+        let limits = Limits {
+            max_uncompressed: 1 << 20,
+            ..Limits::default()
+        };
+        if let Ok(f) = NvFatbin::parse(data, &limits) {
+            for (i, e) in f.entries().iter().enumerate() {
+                if e.kind == kind::CONCAT {
+                    assert!(f.code(i, &limits).is_err());
                 }
             }
         }
