@@ -161,7 +161,9 @@ pub fn wheel_dir() -> PathBuf {
 /// The downloaded wheel whose file name starts with `prefix` (e.g.
 /// `cupy_rocm_7_0-14.2.0-`), unpacked once into a scratch directory laid out
 /// as a virtual environment holds it (`<venv>/lib/python3/site-packages`);
-/// returns the environment's root. Same CI rule as the tools.
+/// returns the environment's root. It is unpacked under the system's
+/// temporary directory, which every user can reach (a test reads it as an
+/// unprivileged user). Same CI rule as the tools.
 pub fn unpacked_wheel(prefix: &str, requirement: &str) -> Option<PathBuf> {
     let wheel = std::fs::read_dir(wheel_dir()).ok().and_then(|entries| {
         entries.filter_map(|e| e.ok().map(|e| e.path())).find(|p| {
@@ -177,7 +179,7 @@ pub fn unpacked_wheel(prefix: &str, requirement: &str) -> Option<PathBuf> {
         );
         return None;
     };
-    let venv = super::scratch(&format!("venv-{prefix}"));
+    let venv = std::env::temp_dir().join(format!("offload-loader-venv-{prefix}"));
     let site = venv.join("lib/python3/site-packages");
     let done = venv.join(".unpacked");
     if !done.exists() {
