@@ -53,17 +53,7 @@ pub extern "C" fn __cudaRegisterFatBinaryEnd(_handle: Handle) {}
 /// the caller; nothing else happens.
 #[no_mangle]
 pub extern "C" fn __cudaUnregisterFatBinary(handle: Handle) {
-    guard((), || {
-        match libraries::release_handle(handle as usize) {
-        Some(Some(id)) => {
-            libraries::unregister(id);
-        }
-        Some(None) => {}
-        None => set_last_error(format!(
-            "__cudaUnregisterFatBinary: {handle:p} is not a handle this library issued, or it was already released"
-        )),
-    }
-    })
+    crate::hip::unregister_handle(handle, "__cudaUnregisterFatBinary")
 }
 
 /// Registers kernel `device_name`, launched from host stub `host_fun`.

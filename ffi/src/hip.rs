@@ -87,16 +87,20 @@ fn register_fatbin(wrapper: usize, runtime: Runtime, kind: WrapperKind) -> Resul
 /// the caller; nothing else happens.
 #[no_mangle]
 pub extern "C" fn __hipUnregisterFatBinary(handle: Handle) {
-    guard((), || {
-        match libraries::release_handle(handle as usize) {
+    unregister_handle(handle, "__hipUnregisterFatBinary")
+}
+
+/// Releases `handle` and unregisters its library, for `caller` (HIP's and,
+/// from [`crate::cuda`], CUDA's unregistration).
+pub(crate) fn unregister_handle(handle: Handle, caller: &str) {
+    guard((), || match libraries::release_handle(handle as usize) {
         Some(Some(id)) => {
             libraries::unregister(id);
         }
         Some(None) => {}
         None => set_last_error(format!(
-            "__hipUnregisterFatBinary: {handle:p} is not a handle this library issued, or it was already released"
+            "{caller}: {handle:p} is not a handle this library issued, or it was already released"
         )),
-    }
     })
 }
 
