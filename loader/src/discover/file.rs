@@ -45,39 +45,29 @@ impl MappedFile {
     /// positioned reads. A device file read here is never mapped.
     pub fn open_if_offload(path: impl AsRef<Path>) -> Result<Option<MappedFile>, FileError> {
         let path = path.as_ref().to_path_buf();
-        let io = |e| FileError {
-            path: path.clone(),
-            kind: FileErrorKind::Io(e),
-        };
-        // Opened without blocking; a pipe or a directory fails the
-        // positioned read, and only then is the file's type looked up.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(io)?;
+        // A pipe or a directory fails the positioned read, and only then is
+        // the file's type looked up.
+        let file = open_nonblocking(&path)?;
         let mut head = [0u8; 4096];
         let n = match std::os::unix::fs::FileExt::read_at(&file, &mut head, 0) {
             Ok(n) => n,
             Err(e) => {
-                let meta = file.metadata().map_err(io)?;
-                if !meta.is_file() {
-                    return Err(FileError {
-                        path,
-                        kind: FileErrorKind::NotRegular(file_type_name(meta.file_type())),
-                    });
-                }
-                return Err(io(e));
+                regular_len(&path, &file)?;
+                return Err(FileError {
+                    path,
+                    kind: FileErrorKind::Io(e),
+                });
             }
         };
         let head = &head[..n];
+        let kind = FileKind::parse(head);
         // Containers and images by their magic or first lines (a raw code
         // object is ELF too), archives, ELF files with an offload section,
         // ELF the quick look cannot read (the full parse says what is wrong
         // with it), and a `.ptx` file whose directives lie past its first
         // 4 KiB of comments.
         let maybe = whole(head, 0, None).is_some()
-            || match FileKind::parse(head) {
+            || match kind {
                 Ok(FileKind::Elf64) => elf_may_hold_offload_code(&file, head),
                 Ok(FileKind::Archive) => true,
                 _ => {
@@ -86,16 +76,10 @@ impl MappedFile {
                 }
             };
         if maybe {
-            let meta = file.metadata().map_err(io)?;
-            if !meta.is_file() {
-                return Err(FileError {
-                    path,
-                    kind: FileErrorKind::NotRegular(file_type_name(meta.file_type())),
-                });
-            }
-            return map(path, &file, meta.len()).map(Some);
+            let len = regular_len(&path, &file)?;
+            return map(path, &file, len).map(Some);
         }
-        match FileKind::parse(head) {
+        match kind {
             Ok(FileKind::Elf64) => Ok(None),
             _ => Err(FileError {
                 path,
@@ -203,23 +187,38 @@ pub fn containers<'a>(
 /// `path` opened without blocking (a named pipe would wait for a writer),
 /// refused unless it is a regular file, with its length: one open, one fstat.
 fn open_regular(path: &Path) -> Result<(std::fs::File, u64), FileError> {
-    let io = |e| FileError {
-        path: path.to_path_buf(),
-        kind: FileErrorKind::Io(e),
-    };
-    let file = std::fs::OpenOptions::new()
+    let file = open_nonblocking(path)?;
+    let len = regular_len(path, &file)?;
+    Ok((file, len))
+}
+
+/// `path` opened for reading without blocking (a named pipe would wait for a
+/// writer).
+fn open_nonblocking(path: &Path) -> Result<std::fs::File, FileError> {
+    std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
-        .map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(FileError {
+        .map_err(|e| FileError {
             path: path.to_path_buf(),
-            kind: FileErrorKind::NotRegular(file_type_name(meta.file_type())),
-        });
+            kind: FileErrorKind::Io(e),
+        })
+}
+
+/// The length of `file` (opened from `path`), or the error that it is not a
+/// regular file: one fstat.
+fn regular_len(path: &Path, file: &std::fs::File) -> Result<u64, FileError> {
+    let error = |kind| FileError {
+        path: path.to_path_buf(),
+        kind,
+    };
+    let meta = file.metadata().map_err(|e| error(FileErrorKind::Io(e)))?;
+    if !meta.is_file() {
+        return Err(error(FileErrorKind::NotRegular(file_type_name(
+            meta.file_type(),
+        ))));
     }
-    Ok((file, meta.len()))
+    Ok(meta.len())
 }
 
 /// Maps `file` (`len` bytes) read-only.
