@@ -131,6 +131,56 @@ pub struct Located {
     pub object: ObjectName,
     /// The `PT_LOAD` segment that contains the address, in memory.
     pub segment: Range<usize>,
+    /// All of the object's `PT_LOAD` segments, in memory: a caller that keeps
+    /// them can check later addresses in the same object without a lookup.
+    pub segments: Segments,
+}
+
+/// The `PT_LOAD` segments of one loaded object, in memory, in program-header
+/// order: the first [`Segments::CAPACITY`] of them, without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segments {
+    ranges: [(usize, usize); Segments::CAPACITY],
+    len: u8,
+    complete: bool,
+}
+
+impl Segments {
+    /// How many segments are kept (linkers emit four or five).
+    pub const CAPACITY: usize = 8;
+
+    const EMPTY: Segments = Segments {
+        ranges: [(0, 0); Segments::CAPACITY],
+        len: 0,
+        complete: true,
+    };
+
+    fn push(&mut self, range: Range<usize>) {
+        match self.ranges.get_mut(usize::from(self.len)) {
+            Some(slot) => {
+                *slot = (range.start, range.end);
+                self.len += 1;
+            }
+            None => self.complete = false,
+        }
+    }
+
+    /// The segments kept.
+    pub fn iter(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        self.ranges[..usize::from(self.len)]
+            .iter()
+            .map(|&(start, end)| start..end)
+    }
+
+    /// Whether these are all of the object's segments.
+    pub fn is_complete(&self) -> bool {
+        self.complete
+    }
+
+    /// The kept segment that contains `addr`.
+    pub fn containing(&self, addr: usize) -> Option<Range<usize>> {
+        self.iter().find(|s| s.contains(&addr))
+    }
 }
 
 /// The dynamic loader's name for a loaded object: a pointer to its
@@ -141,6 +191,19 @@ pub struct Located {
 pub struct ObjectName(usize);
 
 impl ObjectName {
+    /// The name as one word, to store in an atomic.
+    #[inline]
+    pub fn to_raw(self) -> usize {
+        self.0
+    }
+
+    /// The name [`ObjectName::to_raw`] gave (any other word names no object,
+    /// and [`ObjectName::path`] must not be called on it).
+    #[inline]
+    pub fn from_raw(raw: usize) -> ObjectName {
+        ObjectName(raw)
+    }
+
     /// The object's path: its loader name, or this executable's path for the
     /// main program (whose loader name is empty).
     ///
@@ -210,20 +273,27 @@ pub fn locate_by_walk(addr: usize) -> Option<Located> {
             // SAFETY: the loader guarantees `dlpi_phnum` headers at `dlpi_phdr`.
             unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
         };
-        let segment = phdrs
-            .iter()
-            .filter(|p| p.p_type == libc::PT_LOAD)
-            .filter_map(|p| {
-                let start = base.checked_add(p.p_vaddr as usize)?;
-                Some(start..start.checked_add(p.p_memsz as usize)?)
-            })
-            .find(|s| s.contains(&search.addr));
+        let mut segments = Segments::EMPTY;
+        let mut segment = None;
+        for p in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
+            let Some(s) = base
+                .checked_add(p.p_vaddr as usize)
+                .and_then(|start| Some(start..start.checked_add(p.p_memsz as usize)?))
+            else {
+                continue;
+            };
+            if segment.is_none() && s.contains(&search.addr) {
+                segment = Some(s.clone());
+            }
+            segments.push(s);
+        }
         let Some(segment) = segment else { return 0 };
         // The main executable is listed first, with an empty name.
         let name = if first { 0 } else { info.dlpi_name as usize };
         search.found = Some(Located {
             object: ObjectName(name),
             segment,
+            segments,
         });
         1
     }
@@ -242,7 +312,7 @@ mod find_object {
     use std::ffi::{c_int, c_void};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use super::{Located, ObjectName};
+    use super::{Located, ObjectName, Segments};
 
     /// glibc's `struct dl_find_object` (x86-64 and most targets; the
     /// reserved tail is larger than glibc's, which only writes its own fields).
@@ -363,6 +433,7 @@ mod find_object {
         // object's) and the one that contains `addr`.
         let mut lowest: Option<(u64, usize)> = None;
         let mut segment = None;
+        let mut segments = Segments::EMPTY;
         for p in phdrs.chunks_exact(56) {
             if u32::from_le_bytes([p[0], p[1], p[2], p[3]]) != libc::PT_LOAD {
                 continue;
@@ -372,12 +443,14 @@ mod find_object {
             if lowest.is_none_or(|(_, v)| vaddr < v) {
                 lowest = Some((offset, vaddr));
             }
-            if segment.is_none() {
-                let s = base.wrapping_add(vaddr);
-                if addr >= s && addr - s < memsz {
-                    segment = Some(s..s + memsz);
-                }
+            let s = base.wrapping_add(vaddr);
+            let Some(end) = s.checked_add(memsz) else {
+                return Answer::Unavailable;
+            };
+            if segment.is_none() && addr >= s && addr < end {
+                segment = Some(s..end);
             }
+            segments.push(s..end);
         }
         let Some((offset, vaddr)) = lowest else {
             return Answer::Unavailable;
@@ -393,6 +466,7 @@ mod find_object {
                     name as usize
                 }),
                 segment,
+                segments,
             }),
             // In the object's mapping but in a gap between its segments.
             None => Answer::NotMapped,
@@ -420,6 +494,7 @@ mod find_object {
 /// # Safety
 /// `range` must lie inside a segment of an object that stays loaded while the
 /// slice is used (as the ranges returned by this module do, until `dlclose`).
+#[inline]
 pub unsafe fn memory(range: Range<usize>) -> &'static [u8] {
     if range.is_empty() {
         return &[];
@@ -442,6 +517,9 @@ mod tests {
             let fast = locate(addr).unwrap();
             let walk = locate_by_walk(addr).unwrap();
             assert_eq!(fast.segment, walk.segment, "{addr:#x}");
+            assert_eq!(fast.segments, walk.segments, "{addr:#x}");
+            assert!(fast.segments.is_complete());
+            assert_eq!(fast.segments.containing(addr), Some(fast.segment.clone()));
             // SAFETY: both objects stay loaded for the whole test.
             let (a, b) = unsafe { (fast.object.path(), walk.object.path()) };
             assert_eq!(a, b);
