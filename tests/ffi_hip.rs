@@ -460,7 +460,7 @@ fn hostile(e: &Loader, args: &[&str], env: &[(&str, &str)]) -> String {
 #[test]
 fn hostile_calls_are_errors_not_crashes() {
     let Some(e) = loader() else { return };
-    for case in ["foreign-handle", "nulls"] {
+    for case in ["foreign-handle", "nulls", "stray-pointers"] {
         hostile(&e, &[case], &[]);
     }
     // OFFLOAD_LOADER_INFO reports the selection of a library nothing ever

@@ -6,9 +6,10 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use offload_loader::discover::process;
 use offload_loader::registration::{FatbinWrapper, WrapperKind};
-use once_cell::sync::OnceCell;
 
-use crate::libraries::{self, HandleState, Images, Origin, Runtime, Symbol, SymbolKind};
+use crate::libraries::{self, HandleState, Runtime, Symbol, SymbolKind};
+use crate::objects::{Pin, Pinned};
+use crate::slots::Fatbin;
 use crate::{guard, set_last_error};
 
 /// The handle clang stores in `__hip_gpubin_handle` and passes back: an
@@ -29,8 +30,8 @@ pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
 /// `runtime` and issues its handle (HIP's and, from [`crate::cuda`], CUDA's).
 pub(crate) fn register_wrapper(wrapper: usize, runtime: Runtime, kind: WrapperKind) -> Handle {
     guard(std::ptr::null_mut(), || {
-        let id = match register_fatbin(wrapper, runtime, kind) {
-            Ok(id) => Some(id),
+        let fatbin = match locate_fatbin(wrapper, runtime, kind) {
+            Ok(fatbin) => Some(fatbin),
             Err(e) => {
                 tracing::warn!("{e}");
                 eprintln!("offload-loader: {e}");
@@ -38,21 +39,22 @@ pub(crate) fn register_wrapper(wrapper: usize, runtime: Runtime, kind: WrapperKi
                 None
             }
         };
-        libraries::issue_handle(id) as Handle
+        libraries::register_fatbin(fatbin, runtime) as Handle
     })
 }
 
-/// Records where the fat binary is: it is parsed at first use, as HIP
-/// defers its fat binaries.
-fn register_fatbin(wrapper: usize, runtime: Runtime, kind: WrapperKind) -> Result<usize, String> {
-    let located = process::locate(wrapper)
+/// Checks the wrapper and records where its fat binary is, which is found
+/// and parsed at first use (as HIP defers its fat binaries). The wrapper's
+/// object is pinned for the registration (see [`crate::objects`]): its next
+/// wrapper is checked without a lookup.
+fn locate_fatbin(wrapper: usize, runtime: Runtime, kind: WrapperKind) -> Result<Fatbin, String> {
+    let object = Pinned::find(wrapper)
         .ok_or_else(|| format!("fat binary wrapper at {wrapper:#x} is not in any loaded object"))?;
-    // SAFETY: the span lies inside a loaded segment of the registering
-    // object, which stays loaded until its destructor unregisters this fat
-    // binary; the registry reaches these bytes only until then.
-    let bytes = unsafe { process::memory(wrapper..located.segment.end) };
-    // SAFETY: the object is loaded (we are in its constructor).
-    let path = || unsafe { located.object.path() }.display().to_string();
+    // SAFETY: the span lies inside a loaded segment of an object pinned by a
+    // live registration, which stays loaded while `object` is held.
+    let bytes = unsafe { process::memory(wrapper..object.segment.end) };
+    // SAFETY: the object is loaded (pinned).
+    let path = || unsafe { object.object.path() }.display().to_string();
     let info = FatbinWrapper::parse(bytes)
         .map_err(|e| format!("{}: fat binary wrapper at {wrapper:#x}: {e}", path()))?;
     if info.kind != kind {
@@ -62,24 +64,12 @@ fn register_fatbin(wrapper: usize, runtime: Runtime, kind: WrapperKind) -> Resul
             info.kind
         ));
     }
-    let fatbin = info.fatbin as usize;
-    let span = process::locate(fatbin).ok_or_else(|| {
-        format!(
-            "fat binary at {fatbin:#x} (from wrapper at {wrapper:#x}) is not in any loaded object"
-        )
-    })?;
-    // SAFETY: as above, for the segment holding the fat binary.
-    let bytes = unsafe { process::memory(fatbin..span.segment.end) };
-    let origin = Origin {
-        object: located.object,
-        what: "fatbin",
-        address: fatbin,
-    };
-    let source = Images::Fatbin {
-        bytes,
-        parsed: OnceCell::new(),
-    };
-    Ok(libraries::register(runtime, origin, source))
+    Ok(Fatbin {
+        runtime,
+        object: object.object.to_raw(),
+        start: info.fatbin as usize,
+        pin: object.keep().map_or(0, Pin::to_raw),
+    })
 }
 
 /// Unregisters the fat binary and unloads what was loaded from it. A handle

@@ -22,8 +22,10 @@ mod hip;
 mod info;
 mod libraries;
 mod lock;
+mod objects;
 mod omp;
 mod query;
+mod slots;
 
 pub(crate) use abi::{guard, set_last_error, LAST_ERROR};
 

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use offload_detect::LoadedImage;
-use offload_loader::discover::process::ObjectName;
+use offload_loader::discover::process::{self, ObjectName};
 use offload_loader::target::OffloadKind;
 use offload_loader::{select, Container, Content, Image, ImageSource, Limits, Policy, Selection};
 use once_cell::sync::{Lazy, OnceCell};
@@ -33,6 +33,8 @@ use crate::devices;
 use crate::error::Error;
 use crate::info;
 use crate::lock::ForkSafeMutex;
+use crate::objects::{self, Pin};
+use crate::slots::{self, Fatbin, State};
 
 /// The language runtime a library registered through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +63,9 @@ pub(crate) enum Images {
     /// first use (as HIP defers its fat binaries): registering it costs no
     /// more than recording where it is.
     Fatbin {
-        bytes: &'static [u8],
+        /// From the fat binary to the end of its segment; `None` when the
+        /// wrapper points into no loaded segment.
+        bytes: Option<&'static [u8]>,
         parsed: OnceCell<Result<Container<'static>, offload_loader::Error>>,
     },
     /// Images listed by a `__tgt_bin_desc`, with each image's code in this
@@ -135,6 +139,38 @@ impl Drop for Reading<'_> {
 }
 
 impl Library {
+    /// The record of the fat binary in slot `id`: its bytes run from its
+    /// address to the end of the segment that holds it, found in the pinned
+    /// object or else by a lookup; a fat binary in no loaded segment is a
+    /// library whose parse failed.
+    fn from_slot(id: usize, fatbin: Fatbin) -> Library {
+        let segment = Pin::from_raw(fatbin.pin)
+            .and_then(|pin| pin.segment(fatbin.start))
+            .or_else(|| Some(process::locate(fatbin.start)?.segment));
+        // SAFETY: the range lies in a loaded segment of the registering
+        // object, which stays loaded until its destructor unregisters this fat
+        // binary; the library reaches these bytes only until `unregister` has
+        // revoked it.
+        let bytes = segment.map(|s| unsafe { process::memory(fatbin.start..s.end) });
+        Library {
+            id,
+            origin: Origin {
+                object: ObjectName::from_raw(fatbin.object),
+                what: "fatbin",
+                address: fatbin.start,
+            },
+            source: Images::Fatbin {
+                bytes,
+                parsed: OnceCell::new(),
+            },
+            runtime: fatbin.runtime,
+            selections: OnceCell::new(),
+            modules: OnceCell::new(),
+            readers: AtomicUsize::new(0),
+            revoked: AtomicBool::new(false),
+        }
+    }
+
     /// Enters the library, or `None` once it is unregistered.
     pub(crate) fn enter(&self) -> Option<Reading<'_>> {
         // Paired with `revoke`: a reader either sees `revoked`, or is counted
@@ -188,7 +224,16 @@ impl<'a> Reading<'a> {
             unreachable!("only fat binaries have a container")
         };
         if parsed.get().is_none() {
-            let result = Container::parse(bytes, &Limits::default());
+            let result = match bytes {
+                Some(bytes) => Container::parse(bytes, &Limits::default()),
+                None => Err(offload_loader::Error::new(
+                    8,
+                    offload_loader::ErrorKind::Malformed {
+                        what: "the wrapper's fat binary pointer",
+                        why: "it points into no loaded segment",
+                    },
+                )),
+            };
             if parsed.set(result).is_ok() {
                 if let Some(Err(e)) = parsed.get() {
                     let message = format!("{}: {e}", self.origin());
@@ -202,6 +247,19 @@ impl<'a> Reading<'a> {
             Some(Ok(c)) => Ok(c),
             Some(Err(e)) => Err(e),
             None => unreachable!("set above"),
+        }
+    }
+
+    /// Why the library's images could not be listed, if they could not: a
+    /// fat binary that does not parse, said after "no compatible image".
+    pub(crate) fn unreadable(&self) -> String {
+        match &self.lib.source {
+            Images::Fatbin { .. } => self
+                .container()
+                .err()
+                .map(|e| format!(" (its fat binary cannot be read: {e})"))
+                .unwrap_or_default(),
+            Images::Listed { .. } => String::new(),
         }
     }
 
@@ -469,10 +527,11 @@ struct SymbolRef {
     index: usize,
 }
 
-/// Everything registered, under one fork-safe lock.
+/// Everything registered, under one fork-safe lock. Ids are the slots'
+/// (see [`crate::slots`]): never reused, and issued without this lock.
 #[derive(Default)]
 pub(crate) struct Registry {
-    /// By id; ids are never reused, so the length is the number ever registered.
+    /// By id: the library records made so far (a fat binary's at first use).
     libraries: Vec<Option<Arc<Library>>>,
     /// The symbols of each library, by id.
     symbols: Vec<Vec<Symbol>>,
@@ -480,16 +539,41 @@ pub(crate) struct Registry {
     variables: FastMap<usize, SymbolRef>,
     /// Kernels by name: built at the first lookup by name, kept up to date after.
     kernel_names: Option<FastMap<NameKey, SymbolRef>>,
-    /// HIP handles issued and not yet released: handle → library id (`None`
-    /// for a fat binary that failed to register).
-    handles: FastMap<usize, Option<usize>>,
-    next_handle: usize,
     /// OpenMP: descriptor address → library id.
     pub descriptors: FastMap<usize, usize>,
     /// AOMP image infos waiting for the next descriptor: image number → target ID.
     pub image_info: Vec<(i32, String)>,
     /// Requirement flags from `__tgt_register_requires`.
     pub requires: i64,
+}
+
+impl Registry {
+    /// Library `id`, if it is registered: made from its slot the first time.
+    fn library(&mut self, id: usize) -> Option<Arc<Library>> {
+        if let Some(Some(library)) = self.libraries.get(id) {
+            return Some(library.clone());
+        }
+        let slot = slots::get(id)?;
+        if slot.state() != State::Fatbin {
+            return None;
+        }
+        let library = Arc::new(Library::from_slot(id, slot.fatbin()?));
+        set(&mut self.libraries, id, Some(library.clone()));
+        Some(library)
+    }
+}
+
+/// `v[at] = value`, growing `v` as needed.
+fn set<T: Default>(v: &mut Vec<T>, at: usize, value: T) {
+    if v.len() <= at {
+        v.resize_with(at + 1, T::default);
+    }
+    v[at] = value;
+}
+
+/// Whether slot `id` is a registered library.
+fn is_live(id: usize) -> bool {
+    slots::get(id).is_some_and(|s| matches!(s.state(), State::Fatbin | State::Descriptor))
 }
 
 fn after_fork(registry: &mut Option<Registry>) {
@@ -516,54 +600,64 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
     f(guard.get_or_insert_with(Registry::default))
 }
 
-/// Where HIP handles start: a non-canonical x86-64 address, so that a caller
-/// that dereferences one faults at once; the library never dereferences them.
-const HANDLE_BASE: usize = 0x0ff1_0ad0_0000_0000;
-
 static EAGER: Lazy<bool> =
     Lazy::new(|| std::env::var_os("OFFLOAD_LOADER_EAGER").is_some_and(|v| v == "1"));
 
-/// Registers a library and returns its id. Selection and loading wait for
-/// first use, unless `OFFLOAD_LOADER_EAGER=1` asks for them now.
+/// Registers a library listed by a descriptor and returns its id.
 pub(crate) fn register(runtime: Runtime, origin: Origin, source: Images) -> usize {
-    let library = with(|r| {
-        let id = r.libraries.len();
-        let library = Arc::new(Library {
-            id,
-            origin,
-            source,
-            runtime,
-            selections: OnceCell::new(),
-            modules: OnceCell::new(),
-            readers: AtomicUsize::new(0),
-            revoked: AtomicBool::new(false),
-        });
-        r.libraries.push(Some(library.clone()));
-        r.symbols.push(Vec::new());
-        library
+    let id = slots::push(State::Descriptor, None);
+    let library = Arc::new(Library {
+        id,
+        origin,
+        source,
+        runtime,
+        selections: OnceCell::new(),
+        modules: OnceCell::new(),
+        readers: AtomicUsize::new(0),
+        revoked: AtomicBool::new(false),
     });
+    with(|r| set(&mut r.libraries, id, Some(library.clone())));
     if *EAGER {
-        // In a constructor: detect without the time-limited thread.
-        devices::devices_in_place();
-        if let Some(reading) = library.enter() {
-            for device in 0..reading.selections().len() {
-                if let Err(e) = reading.module(device) {
-                    crate::set_last_error(e.to_string());
-                }
+        load_now(&library);
+    }
+    id
+}
+
+/// Registers the fat binary recorded by `fatbin` (`None`: it could not be
+/// registered) and returns its handle. Selection and loading wait for first
+/// use, unless `OFFLOAD_LOADER_EAGER=1` asks for them now.
+pub(crate) fn register_fatbin(fatbin: Option<Fatbin>, runtime: Runtime) -> usize {
+    let id = match fatbin {
+        Some(f) => slots::push(State::Fatbin, Some(f)),
+        None => slots::push(
+            State::Failed,
+            Some(Fatbin {
+                runtime,
+                object: 0,
+                start: 0,
+                pin: 0,
+            }),
+        ),
+    };
+    if fatbin.is_some() && *EAGER {
+        if let Some(library) = with(|r| r.library(id)) {
+            load_now(&library);
+        }
+    }
+    slots::handle(id)
+}
+
+/// `OFFLOAD_LOADER_EAGER=1`: selects and loads now, for every device.
+fn load_now(library: &Library) {
+    // In a constructor: detect without the time-limited thread.
+    devices::devices_in_place();
+    if let Some(reading) = library.enter() {
+        for device in 0..reading.selections().len() {
+            if let Err(e) = reading.module(device) {
+                crate::set_last_error(e.to_string());
             }
         }
     }
-    library.id
-}
-
-/// Issues a HIP handle for library `id` (`None`: the fat binary failed).
-pub(crate) fn issue_handle(id: Option<usize>) -> usize {
-    with(|r| {
-        r.next_handle += 1;
-        let handle = HANDLE_BASE + (r.next_handle << 4);
-        r.handles.insert(handle, id);
-        handle
-    })
 }
 
 /// What a HIP handle names.
@@ -577,41 +671,55 @@ pub(crate) enum HandleState {
 }
 
 pub(crate) fn handle(handle: usize) -> HandleState {
-    with(|r| match r.handles.get(&handle) {
-        Some(Some(id)) => HandleState::Library(*id),
-        Some(None) => HandleState::Failed,
+    match slots::from_handle(handle) {
+        Some((id, slot)) => match slot.state() {
+            State::Fatbin => HandleState::Library(id),
+            State::Failed => HandleState::Failed,
+            _ => HandleState::Unknown,
+        },
         None => HandleState::Unknown,
-    })
+    }
 }
 
 /// Releases a HIP handle: the library it names, if any, or `None` when the
-/// handle was never issued or was already released.
+/// handle was never issued or was already released. A handle is released
+/// once: the second of two racing releases gets `None`.
 pub(crate) fn release_handle(handle: usize) -> Option<Option<usize>> {
-    with(|r| r.handles.remove(&handle))
+    let (id, slot) = slots::from_handle(handle)?;
+    if slot.release(State::Fatbin) {
+        Some(Some(id))
+    } else if slot.release(State::Failed) {
+        Some(None)
+    } else {
+        None
+    }
 }
 
-/// Number of libraries ever registered (ids run from 0 to it).
+/// Number of libraries ever registered, fat binaries that failed included
+/// (ids run from 0 to it).
 pub(crate) fn count() -> usize {
-    with(|r| r.libraries.len())
+    slots::len()
 }
 
 /// The library with this id, if still registered.
 pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
-    with(|r| r.libraries.get(id).cloned().flatten())
+    with(|r| r.library(id))
 }
 
 /// Number of symbols of library `id`, if registered.
 pub(crate) fn symbol_count(id: usize) -> Option<usize> {
-    with(|r| {
-        r.libraries.get(id)?.as_ref()?;
-        Some(r.symbols[id].len())
-    })
+    with(|r| is_live(id).then(|| r.symbols.get(id).map_or(0, Vec::len)))
 }
 
 /// Adds a symbol to library `id`; with eager loading, resolves it now.
 pub(crate) fn add_symbol(id: usize, symbol: Symbol) -> Result<(), Error> {
     let library = with(|r| {
-        let library = r.libraries.get(id).cloned().flatten()?;
+        if !is_live(id) {
+            return Err(Error::NoLibrary(id as i64));
+        }
+        if r.symbols.len() <= id {
+            r.symbols.resize_with(id + 1, Vec::new);
+        }
         let at = SymbolRef {
             library: id,
             index: r.symbols[id].len(),
@@ -629,10 +737,9 @@ pub(crate) fn add_symbol(id: usize, symbol: Symbol) -> Result<(), Error> {
         // The first registration of a host address wins, as in a scan in
         // registration order.
         map.entry(symbol.host).or_insert(at);
-        Some(library)
-    })
-    .ok_or(Error::NoLibrary(id as i64))?;
-    if *EAGER {
+        Ok(if *EAGER { r.library(id) } else { None })
+    })?;
+    if let Some(library) = library {
         // In a constructor: detect without the time-limited thread.
         devices::devices_in_place();
         if let Some(reading) = library.enter() {
@@ -648,70 +755,84 @@ pub(crate) fn add_symbol(id: usize, symbol: Symbol) -> Result<(), Error> {
     Ok(())
 }
 
-/// Unregisters library `id` and returns only once no reader is using its
-/// memory, so that the caller (the object's destructor) may let it be
-/// unmapped. With `OFFLOAD_LOADER_INFO`, a library whose selection was never
-/// needed reports it now. Its modules are unloaded when the last user lets go.
+/// Unregisters library `id` (a fat binary's handle already released, or a
+/// descriptor's) and returns only once no reader is using its memory, so
+/// that the caller (the object's destructor) may let it be unmapped. With
+/// `OFFLOAD_LOADER_INFO`, a library whose selection was never needed reports
+/// it now. Its modules are unloaded when the last user lets go.
 pub(crate) fn unregister(id: usize) -> bool {
-    let removed = with(|r| {
-        let library = r.libraries.get_mut(id).and_then(Option::take)?;
-        let symbols = std::mem::take(&mut r.symbols[id]);
-        for (index, s) in symbols.iter().enumerate() {
-            let at = SymbolRef { library: id, index };
-            let map = if s.kind == SymbolKind::Kernel {
-                if let Some(names) = &mut r.kernel_names {
-                    if names.get(&NameKey(s.name)) == Some(&at) {
-                        names.remove(&NameKey(s.name));
-                    }
-                }
-                &mut r.kernels
-            } else {
-                &mut r.variables
-            };
-            if map.get(&s.host) == Some(&at) {
-                map.remove(&s.host);
-            }
-        }
-        Some(library)
-    });
-    let Some(library) = removed else {
+    let Some(slot) = slots::get(id) else {
         return false;
     };
-    if *info::INFO {
-        if let Some(reading) = library.enter() {
-            if library.selections.get().is_none() {
-                // In a destructor, maybe under the loader's lock.
-                devices::devices_in_place();
-                reading.selections();
-            }
-            info::line(&format!(
-                "library {} ({}): unregistered",
-                library.id,
-                reading.origin()
-            ));
-        }
+    if !slot.release(State::Descriptor) && slot.state() != State::Released {
+        return false;
     }
-    library.revoke();
+    let library = with(|r| {
+        if let Some(symbols) = r.symbols.get_mut(id).map(std::mem::take) {
+            for (index, s) in symbols.iter().enumerate() {
+                let at = SymbolRef { library: id, index };
+                let map = if s.kind == SymbolKind::Kernel {
+                    if let Some(names) = &mut r.kernel_names {
+                        if names.get(&NameKey(s.name)) == Some(&at) {
+                            names.remove(&NameKey(s.name));
+                        }
+                    }
+                    &mut r.kernels
+                } else {
+                    &mut r.variables
+                };
+                if map.get(&s.host) == Some(&at) {
+                    map.remove(&s.host);
+                }
+            }
+        }
+        r.libraries.get_mut(id).and_then(Option::take)
+    });
+    // A fat binary never used has no record yet: made now only to report it.
+    let library = library.or_else(|| {
+        let fatbin = slot.fatbin().filter(|_| *info::INFO)?;
+        Some(Arc::new(Library::from_slot(id, fatbin)))
+    });
+    if let Some(library) = &library {
+        if *info::INFO {
+            if let Some(reading) = library.enter() {
+                if library.selections.get().is_none() {
+                    // In a destructor, maybe under the loader's lock.
+                    devices::devices_in_place();
+                    reading.selections();
+                }
+                info::line(&format!(
+                    "library {} ({}): unregistered",
+                    library.id,
+                    reading.origin()
+                ));
+            }
+        }
+        library.revoke();
+    }
+    if let Some(pin) = slot.fatbin().and_then(|f| Pin::from_raw(f.pin)) {
+        objects::unpin(pin);
+    }
     true
 }
 
 /// A symbol found by a lookup, with its library.
 pub(crate) type Found = (Arc<Library>, Symbol);
 
-fn found(r: &Registry, at: Option<&SymbolRef>) -> Option<Found> {
-    let at = *at?;
-    let library = r.libraries.get(at.library)?.clone()?;
-    Some((library, *r.symbols[at.library].get(at.index)?))
+fn found(r: &mut Registry, at: Option<SymbolRef>) -> Option<Found> {
+    let at = at?;
+    let symbol = *r.symbols.get(at.library)?.get(at.index)?;
+    Some((r.library(at.library)?, symbol))
 }
 
 /// The kernel whose host stub is `host`.
 pub(crate) fn kernel(host: usize) -> Option<Found> {
-    with(|r| found(r, r.kernels.get(&host)))
+    with(|r| found(r, r.kernels.get(&host).copied()))
 }
 
 /// The variable whose host shadow is `host`.
 pub(crate) fn variable(host: usize) -> Option<Found> {
-    with(|r| found(r, r.variables.get(&host)))
+    with(|r| found(r, r.variables.get(&host).copied()))
 }
 
 /// The kernel whose device-side name is `name`.
@@ -733,7 +854,8 @@ pub(crate) fn kernel_by_name(name: &CStr) -> Option<Found> {
         let at = r
             .kernel_names
             .as_ref()?
-            .get(&NameKey(name.as_ptr() as usize));
+            .get(&NameKey(name.as_ptr() as usize))
+            .copied();
         found(r, at)
     })
 }

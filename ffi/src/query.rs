@@ -87,7 +87,8 @@ pub extern "C" fn offload_loader_selected_image(
                 .ok_or(Error::NoDevice(device.into()))?;
             let chosen = selection.chosen.ok_or_else(|| {
                 Error::NoImage(format!(
-                    "library {library} has no compatible image for device {device}"
+                    "library {library} has no compatible image for device {device}{}",
+                    lib.unreadable()
                 ))
             })?;
             if !index.is_null() {
@@ -137,9 +138,10 @@ fn lookup(
         .ok_or(Error::NoDevice(device.into()))?;
     if lib.selections()[d].chosen.is_none() {
         return Err(Error::NoImage(format!(
-            "{}: device {device} has no compatible image for {}",
+            "{}: device {device} has no compatible image for {}{}",
             lib.origin(),
-            lib.name(&symbol)
+            lib.name(&symbol),
+            lib.unreadable()
         )));
     }
     lib.resolve(d, &symbol)

@@ -30,10 +30,14 @@ mod info;
 mod libraries;
 #[path = "../../ffi/src/lock.rs"]
 mod lock;
+#[path = "../../ffi/src/objects.rs"]
+mod objects;
 #[path = "../../ffi/src/omp.rs"]
 mod omp;
 #[path = "../../ffi/src/query.rs"]
 mod query;
+#[path = "../../ffi/src/slots.rs"]
+mod slots;
 
 pub(crate) use abi::{guard, set_last_error, LAST_ERROR};
 

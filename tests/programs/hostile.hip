@@ -3,6 +3,7 @@
  *   double-release  a handle released twice, then used
  *   foreign-handle  handles the library never issued
  *   nulls           null pointers everywhere they can go
+ *   stray-pointers  wrappers outside any object, fat binaries in no segment
  *   huge-counts     descriptors and bundles promising huge counts
  *   fork            fork while other threads register and look up
  *   dlclose LIB     dlopen/dlclose LIB in one thread while others look up */
@@ -114,6 +115,29 @@ static void nulls(void) {
              offload_loader_device_count() == 0, "null buffer is INVALID");
   expect(offload_loader_variable(NULL, 0, NULL, NULL) == OFFLOAD_LOADER_NOT_FOUND, "null variable");
   expect(offload_loader_selected_image(0, 0, NULL, NULL, 0, NULL, NULL) <= 0, "all-null outputs");
+}
+
+static void stray_pointers(void) {
+  /* A wrapper in no loaded object: refused at registration. */
+  void **h = __hipRegisterFatBinary((void *)0x1000);
+  expect(has_error() && strstr(offload_loader_last_error(), "not in any loaded object"),
+         "unmapped wrapper reported");
+  __hipUnregisterFatBinary(h);
+  /* A wrapper whose fat binary is on the stack (in no loaded segment): the
+   * fat binary is found at first use, where the error is reported. */
+  unsigned char stack_bundle[64] = {0};
+  make_bundle(2);
+  wrapper.fatbin = stack_bundle;
+  int before = offload_loader_library_count();
+  h = __hipRegisterFatBinary(&wrapper);
+  __hipRegisterFunction(h, &host_stubs[8], (char *)kernel_name, kernel_name, -1, 0, 0, 0, 0, 0);
+  uint64_t k = 0;
+  expect(offload_loader_kernel(&host_stubs[8], 0, &k) < 0, "no kernel from a stray fat binary");
+  expect(has_error() && strstr(offload_loader_last_error(), "no loaded segment"),
+         "stray fat binary reported at first use");
+  expect(offload_loader_selected_image(before, 0, NULL, NULL, 0, NULL, NULL) < 0, "no image either");
+  __hipUnregisterFatBinary(h);
+  wrapper.fatbin = bundle;
 }
 
 static void huge_counts(void) {
@@ -236,6 +260,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "double-release")) double_release();
   else if (!strcmp(mode, "foreign-handle")) foreign_handle();
   else if (!strcmp(mode, "nulls")) nulls();
+  else if (!strcmp(mode, "stray-pointers")) stray_pointers();
   else if (!strcmp(mode, "huge-counts")) huge_counts();
   else if (!strcmp(mode, "fork")) fork_while_registering();
   else if (!strcmp(mode, "dlclose") && argc > 2) { lib_path = argv[2]; dlclose_race(); }

@@ -1,0 +1,199 @@
+//! Every registration, by id: an append-only table that a registration
+//! writes without a lock and, but for a new chunk each time the table doubles,
+//! without an allocation; HIP and CUDA handles name its slots.
+//!
+//! A fat binary's slot records where the fat binary is and which object holds
+//! it; the library record (`libraries::Library`) is made from it at first use,
+//! as HIP defers its fat binaries. A slot's state is its only mutable part
+//! after it is written: published with release ordering once its fields are
+//! stored, and moved from live to released by one compare-and-swap, so a
+//! handle is released at most once. A thread forked beside a registration
+//! leaves that one slot unwritten in the child, where no handle names it.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use once_cell::race::OnceBox;
+
+use crate::libraries::Runtime;
+
+/// A slot's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum State {
+    /// Reserved, not yet written (or abandoned by a thread lost to `fork`).
+    Writing = 0,
+    /// A fat binary registered through a handle.
+    Fatbin = 1,
+    /// A handle issued for a fat binary that could not be registered.
+    Failed = 2,
+    /// An OpenMP descriptor (no handle names it).
+    Descriptor = 3,
+    /// Unregistered (or its handle released).
+    Released = 4,
+}
+
+impl State {
+    fn from_u8(v: u8) -> State {
+        match v {
+            1 => State::Fatbin,
+            2 => State::Failed,
+            3 => State::Descriptor,
+            4 => State::Released,
+            _ => State::Writing,
+        }
+    }
+}
+
+/// What a fat binary's slot records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fatbin {
+    pub runtime: Runtime,
+    /// The registering object's name (`ObjectName::to_raw`).
+    pub object: usize,
+    /// The fat binary's address (from the wrapper): checked at first use.
+    pub start: usize,
+    /// The registration's pin on its object (`Pin::to_raw`), or 0.
+    pub pin: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Slot {
+    state: AtomicU8,
+    runtime: AtomicU8,
+    object: AtomicUsize,
+    start: AtomicUsize,
+    pin: AtomicU64,
+}
+
+impl Slot {
+    pub(crate) fn state(&self) -> State {
+        State::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// What the slot records, when it is a fat binary's (live, failed or
+    /// released): the slots handles name.
+    pub(crate) fn fatbin(&self) -> Option<Fatbin> {
+        let runtime = match self.runtime.load(Ordering::Relaxed) {
+            1 => Runtime::Hip,
+            2 => Runtime::Cuda,
+            _ => return None,
+        };
+        Some(Fatbin {
+            runtime,
+            object: self.object.load(Ordering::Relaxed),
+            start: self.start.load(Ordering::Relaxed),
+            pin: self.pin.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Moves the slot from `from` to released; false if it was not in `from`.
+    pub(crate) fn release(&self, from: State) -> bool {
+        self.state
+            .compare_exchange(
+                from as u8,
+                State::Released as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+}
+
+/// Chunk `k` holds `FIRST << k` slots; 48 chunks are more than an address
+/// space holds.
+const FIRST: usize = 64;
+const CHUNKS: usize = 48;
+
+static TABLE: [OnceBox<Vec<Slot>>; CHUNKS] = [const { OnceBox::new() }; CHUNKS];
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// The chunk and the place in it of slot `id`.
+fn place(id: usize) -> (usize, usize) {
+    let n = id / FIRST + 1;
+    let chunk = (usize::BITS - 1 - n.leading_zeros()) as usize;
+    (chunk, id - FIRST * ((1 << chunk) - 1))
+}
+
+/// Appends a slot and returns its id: a fat binary's (`Fatbin`, or `Failed`
+/// with an empty range) or a descriptor's (`fatbin` is then `None`).
+pub(crate) fn push(state: State, fatbin: Option<Fatbin>) -> usize {
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    let (chunk, at) = place(id);
+    let slots = TABLE[chunk].get_or_init(|| {
+        Box::new(
+            std::iter::repeat_with(Slot::default)
+                .take(FIRST << chunk)
+                .collect(),
+        )
+    });
+    let slot = &slots[at];
+    if let Some(f) = fatbin {
+        let runtime = match f.runtime {
+            Runtime::Hip => 1,
+            Runtime::Cuda => 2,
+            Runtime::OpenMp => 0,
+        };
+        slot.runtime.store(runtime, Ordering::Relaxed);
+        slot.object.store(f.object, Ordering::Relaxed);
+        slot.start.store(f.start, Ordering::Relaxed);
+        slot.pin.store(f.pin, Ordering::Relaxed);
+    }
+    slot.state.store(state as u8, Ordering::Release);
+    id
+}
+
+/// Slot `id`, if it was reserved.
+pub(crate) fn get(id: usize) -> Option<&'static Slot> {
+    if id >= NEXT.load(Ordering::Acquire) {
+        return None;
+    }
+    let (chunk, at) = place(id);
+    TABLE.get(chunk)?.get()?.get(at)
+}
+
+/// Number of slots reserved: every id issued so far.
+pub(crate) fn len() -> usize {
+    NEXT.load(Ordering::Acquire)
+}
+
+/// Where handles start: a non-canonical x86-64 address, so that a caller that
+/// dereferences one faults at once; the library never dereferences them.
+const HANDLE_BASE: usize = 0x0ff1_0ad0_0000_0000;
+
+/// The handle of slot `id`.
+pub(crate) fn handle(id: usize) -> usize {
+    HANDLE_BASE + ((id + 1) << 4)
+}
+
+/// The slot a handle names, if this library issued it; its state says
+/// whether it is still live.
+pub(crate) fn from_handle(handle: usize) -> Option<(usize, &'static Slot)> {
+    let offset = handle.checked_sub(HANDLE_BASE)?;
+    if offset & 0xf != 0 {
+        return None;
+    }
+    let id = (offset >> 4).checked_sub(1)?;
+    let slot = get(id)?;
+    slot.fatbin().is_some().then_some((id, slot))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_double_and_ids_map_one_to_one() {
+        let mut seen = std::collections::HashSet::new();
+        for id in 0..FIRST * 40 {
+            let (chunk, at) = place(id);
+            assert!(at < FIRST << chunk, "{id}");
+            assert!(seen.insert((chunk, at)), "{id}");
+        }
+        assert_eq!(place(0), (0, 0));
+        assert_eq!(place(FIRST - 1), (0, FIRST - 1));
+        assert_eq!(place(FIRST), (1, 0));
+        assert_eq!(place(3 * FIRST), (2, 0));
+        // The last chunk ends past any number of registrations a process makes.
+        assert_eq!(place(FIRST * ((1 << CHUNKS) - 1) - 1).0, CHUNKS - 1);
+    }
+}
