@@ -555,6 +555,8 @@ fn openmp_objects_archives_and_programs() {
     check(&obj, "llvm ir");
 
     let archive = tc.build(OpenMp::new(archs).output(Output::Archive));
+    // The quick look of a directory scan finds the member's .llvm.offloading.
+    assert!(MappedFile::open_if_offload(&archive).unwrap().is_some());
     let dump = check(&archive, "llvm ir");
     assert!(
         dump.images[0].file.ends_with("(omp_kernels.o)"),
@@ -825,6 +827,8 @@ fn relocatable_rdc_objects_and_archives() {
             .member("rdc.o", &obj)
             .member("plain.o", &plain),
     );
+    // The quick look of a directory scan finds them too.
+    assert!(MappedFile::open_if_offload(&lib).unwrap().is_some());
     let file = MappedFile::open(&lib).unwrap();
     let members: Vec<(String, &'static str, usize)> = file
         .containers(&Limits::default())
@@ -993,5 +997,56 @@ fn a_listing_bomb_costs_what_is_listed() {
     assert!(
         peak < baseline + 16 * 1024,
         "listing the bomb took {peak} KiB, an empty input {baseline} KiB"
+    );
+}
+
+/// The quick look of a directory scan (`MappedFile::open_if_offload`: headers
+/// only, archives member by member) never misses a file in which the full
+/// parse finds offload sections, over every regular file of Debian's library
+/// directory (rocSPARSE and 100-odd static archives among them), and it does
+/// rule out the archives without offload code rather than map them all.
+#[test]
+fn quick_look_never_misses_what_the_full_parse_finds() {
+    let Some(rocsparse) = support::rocsparse() else {
+        return;
+    };
+    let mut dirs = vec![rocsparse.parent().unwrap().to_path_buf()];
+    let (mut files, mut archives_ruled_out, mut with_code) = (0, 0, 0);
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let kind = entry.file_type().unwrap();
+            let path = entry.path();
+            if kind.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if !kind.is_file() {
+                continue;
+            }
+            files += 1;
+            let full = MappedFile::open(&path)
+                .ok()
+                .and_then(|f| f.offload_sections().ok())
+                .is_some_and(|s| !s.is_empty());
+            let quick = MappedFile::open_if_offload(&path);
+            if full {
+                with_code += 1;
+                assert!(
+                    matches!(quick, Ok(Some(_))),
+                    "{}: the quick look missed offload sections",
+                    path.display()
+                );
+            } else if matches!(quick, Ok(None)) && path.extension().is_some_and(|e| e == "a") {
+                archives_ruled_out += 1;
+            }
+        }
+    }
+    assert!(
+        files > 1000 && with_code >= 1,
+        "{files} files, {with_code} with code"
+    );
+    assert!(
+        archives_ruled_out >= 50,
+        "{archives_ruled_out} archives ruled out"
     );
 }

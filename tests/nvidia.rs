@@ -198,6 +198,8 @@ fn rdc_objects_archives_and_linked_files() {
         NvOutput::Archive(vec![plain, support::strings(&["-rdc=true", "-arch=sm_90"])]),
     );
     assert_eq!(same_as_cuobjdump(&cuda, &archive).len(), 8);
+    // The quick look of a directory scan finds the members' fat binaries.
+    assert!(MappedFile::open_if_offload(&archive).unwrap().is_some());
     for output in [NvOutput::Executable, NvOutput::SharedLibrary] {
         let linked = cuda.nvcc(&["-arch=sm_80"], output);
         same_as_cuobjdump(&cuda, &linked);

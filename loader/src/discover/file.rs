@@ -11,8 +11,8 @@ use object::read::elf::{FileHeader, SectionHeader};
 use object::{Endianness, FileKind};
 
 use super::{
-    FileError, FileErrorKind, OffloadSection, SectionRole, CONTAINER_SECTIONS, NV_RELFATBIN,
-    OBJECT_BUNDLE_PREFIX, REGISTRATION_SECTIONS, SHT_LLVM_OFFLOADING,
+    quick, section_role, FileError, FileErrorKind, OffloadSection, SectionRole,
+    OBJECT_BUNDLE_PREFIX,
 };
 use crate::container::{self, Container, Format, Scope};
 use crate::image::CodeKind;
@@ -39,10 +39,10 @@ impl MappedFile {
     /// Maps `path` only if it may hold offload code: a raw container or
     /// image (by its first bytes), an archive, text, or an ELF file with an
     /// offload section. Anything else is told from its headers, without mapping
-    /// it: `Ok(None)` for an ELF file without offload sections, the
+    /// it: `Ok(None)` for an ELF file or archive without offload code, the
     /// [`FileErrorKind::Unrecognised`] error for other bytes. What a
-    /// directory scan costs per file without GPU code: an open and three
-    /// positioned reads. A device file read here is never mapped.
+    /// directory scan costs per file without GPU code: an open and two
+    /// positioned reads (see `quick`). A device file read here is never mapped.
     pub fn open_if_offload(path: impl AsRef<Path>) -> Result<Option<MappedFile>, FileError> {
         let path = path.as_ref().to_path_buf();
         // A pipe or a directory fails the positioned read, and only then is
@@ -68,8 +68,8 @@ impl MappedFile {
         // 4 KiB of comments.
         let maybe = whole(head, 0, None).is_some()
             || match kind {
-                Ok(FileKind::Elf64) => elf_may_hold_offload_code(&file, head),
-                Ok(FileKind::Archive) => true,
+                Ok(FileKind::Elf64) => quick::elf_may_hold_offload_code(&file, head),
+                Ok(FileKind::Archive) => quick::archive_may_hold_offload_code(&file, head),
                 _ => {
                     head.starts_with(crate::magic::ELF)
                         || path.extension().is_some_and(|e| e == "ptx") && !head.contains(&0)
@@ -80,7 +80,7 @@ impl MappedFile {
             return map(path, &file, len).map(Some);
         }
         match kind {
-            Ok(FileKind::Elf64) => Ok(None),
+            Ok(FileKind::Elf64 | FileKind::Archive) => Ok(None),
             _ => Err(FileError {
                 path,
                 kind: FileErrorKind::Unrecognised,
@@ -248,60 +248,6 @@ fn map(path: PathBuf, file: &std::fs::File, len: u64) -> Result<MappedFile, File
     Ok(MappedFile { path, map })
 }
 
-/// Whether the 64-bit ELF file `file` has a section [`elf_sections`] would
-/// report (or may: one it cannot tell is left to the full parse), from two
-/// positioned reads after `head` (the file's first bytes): the section
-/// table and the section-name table, nothing mapped.
-fn elf_may_hold_offload_code(file: &std::fs::File, head: &[u8]) -> bool {
-    use object::read::elf::SectionTable;
-    use object::read::StringTable;
-    use std::os::unix::fs::FileExt;
-    let read = |offset: u64, size: u64| -> Option<Vec<u8>> {
-        let mut buf = vec![0u8; usize::try_from(size).ok().filter(|&n| n <= 1 << 20)?];
-        file.read_exact_at(&mut buf, offset).ok()?;
-        Some(buf)
-    };
-    let Ok(header) = FileHeader64::<Endianness>::parse(head) else {
-        return true;
-    };
-    let Ok(endian) = header.endian() else {
-        return true;
-    };
-    let (count, index) = (header.e_shnum(endian), header.e_shstrndx(endian));
-    // Extended numbering (0 sections or SHN_XINDEX) is left to the full parse.
-    if count == 0 || index == object::elf::SHN_XINDEX {
-        return true;
-    }
-    let entry = std::mem::size_of::<object::elf::SectionHeader64<Endianness>>() as u64;
-    let Some(table) = read(header.e_shoff(endian), u64::from(count) * entry) else {
-        return true;
-    };
-    let Ok(headers) =
-        object::pod::slice_from_all_bytes::<object::elf::SectionHeader64<Endianness>>(&table)
-    else {
-        return true;
-    };
-    let Some(names) = headers
-        .get(usize::from(index))
-        .and_then(|h| read(h.sh_offset(endian), h.sh_size(endian)))
-    else {
-        return true;
-    };
-    let names = StringTable::new(&names[..], 0, names.len() as u64);
-    let sections: SectionTable<'_, FileHeader64<Endianness>, &[u8]> =
-        SectionTable::new(headers, names);
-    sections.iter().any(|h| {
-        h.sh_type(endian) == SHT_LLVM_OFFLOADING
-            || sections.section_name(endian, h).is_ok_and(|name| {
-                let name = String::from_utf8_lossy(name);
-                CONTAINER_SECTIONS.contains(&name.as_ref())
-                    || REGISTRATION_SECTIONS.contains(&name.as_ref())
-                    || name.starts_with(OBJECT_BUNDLE_PREFIX)
-                    || name == NV_RELFATBIN
-            })
-    })
-}
-
 /// What a file that is not a regular one is.
 fn file_type_name(kind: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
@@ -437,27 +383,28 @@ fn elf_sections(
     let header = FileHeader64::<Endianness>::parse(data).map_err(object_error(base))?;
     let endian = header.endian().map_err(object_error(base))?;
     let sections = header.sections(endian, data).map_err(object_error(base))?;
+    let names_index = header.shstrndx(endian, data).map_err(object_error(base))?;
+    let names = sections
+        .section(object::SectionIndex(names_index as usize))
+        .and_then(|h| h.data(endian, data))
+        .map_err(object_error(base))?;
     // `__nv_relfatbin` holds the relocatable device code of an `nvcc -rdc`
     // object; linked files keep it too, but cuobjdump ignores it there.
     let relocatable = header.e_type(endian) == object::elf::ET_REL;
     let mut out = Vec::new();
     for header in sections.iter() {
+        let Some(role) = section_role(names, header.sh_name(endian), header.sh_type(endian))
+            .filter(|&(role, relfatbin)| {
+                role != SectionRole::Containers || !relfatbin || relocatable
+            })
+            .map(|(role, _)| role)
+        else {
+            continue;
+        };
         let name = sections
             .section_name(endian, header)
             .map_err(object_error(base))?;
         let name = String::from_utf8_lossy(name);
-        let role = if CONTAINER_SECTIONS.contains(&name.as_ref())
-            || header.sh_type(endian) == SHT_LLVM_OFFLOADING
-            || (relocatable && name == NV_RELFATBIN)
-        {
-            SectionRole::Containers
-        } else if REGISTRATION_SECTIONS.contains(&name.as_ref()) {
-            SectionRole::Registration
-        } else if name.starts_with(OBJECT_BUNDLE_PREFIX) {
-            SectionRole::BundleEntry
-        } else {
-            continue;
-        };
         // NOBITS sections have no bytes in the file.
         let Some((offset, size)) = header.file_range(endian) else {
             continue;
@@ -486,7 +433,7 @@ fn elf_sections(
 /// The section that is the whole of `data` (at `offset` in the file): a raw
 /// container (by its magic, or a text bundle's first line), or one GPU image
 /// (an AMDGPU code object, a cubin, PTX text).
-fn whole(data: &[u8], offset: u64, member: Option<&str>) -> Option<OffloadSection> {
+pub(super) fn whole(data: &[u8], offset: u64, member: Option<&str>) -> Option<OffloadSection> {
     let (name, role) = match Format::sniff(data) {
         Some(format) => (format.name(), SectionRole::Containers),
         None => match CodeKind::sniff(data) {
@@ -513,13 +460,30 @@ fn archive_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKind> {
     let mut out = Vec::new();
     for member in archive.members() {
         let member = member.map_err(object_error(0))?;
-        let name = String::from_utf8_lossy(member.name()).into_owned();
         let (offset, _) = member.file_range();
         let bytes = member.data(data).map_err(object_error(offset))?;
-        if let Some(section) = whole(bytes, offset, Some(&name)) {
+        let name = || String::from_utf8_lossy(member.name()).into_owned();
+        // A host object (most members) is read by its sections; anything
+        // else may be a container or an image on its own.
+        let host_object = matches!(
+            CodeKind::sniff(bytes),
+            CodeKind::OtherElf | CodeKind::Unknown
+        ) && bytes.starts_with(crate::magic::ELF);
+        if host_object {
+            if let Ok(FileKind::Elf64) = FileKind::parse(bytes) {
+                let mut sections = elf_sections(bytes, offset, None)?;
+                if !sections.is_empty() {
+                    let name = name();
+                    for s in &mut sections {
+                        s.member = Some(name.clone());
+                    }
+                    out.extend(sections);
+                }
+            }
+        } else if let Some(section) = whole(bytes, offset, Some(&name())) {
             out.push(section);
         } else if let Ok(FileKind::Elf64) = FileKind::parse(bytes) {
-            out.extend(elf_sections(bytes, offset, Some(&name))?);
+            out.extend(elf_sections(bytes, offset, Some(&name()))?);
         }
     }
     Ok(out)

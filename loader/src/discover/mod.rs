@@ -7,6 +7,7 @@
 mod descriptor;
 pub mod file;
 pub mod process;
+mod quick;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -129,5 +130,30 @@ impl std::error::Error for FileError {
             FileErrorKind::Format(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+/// What the section whose name starts at `name_at` in the section names
+/// `names`, of type `sh_type`, holds: its role, and whether it is
+/// `__nv_relfatbin` (read in relocatable objects only). Names are compared
+/// in place, without finding their end first: most sections of a library or
+/// an archive member are not offload sections, and this is run on each.
+pub(crate) fn section_role(
+    names: &[u8],
+    name_at: u32,
+    sh_type: u32,
+) -> Option<(SectionRole, bool)> {
+    let name = names.get(usize::try_from(name_at).ok()?..)?;
+    let is = |s: &str| name.starts_with(s.as_bytes()) && name.get(s.len()) == Some(&0);
+    if sh_type == SHT_LLVM_OFFLOADING || CONTAINER_SECTIONS.iter().any(|s| is(s)) {
+        Some((SectionRole::Containers, false))
+    } else if is(NV_RELFATBIN) {
+        Some((SectionRole::Containers, true))
+    } else if REGISTRATION_SECTIONS.iter().any(|s| is(s)) {
+        Some((SectionRole::Registration, false))
+    } else if name.starts_with(OBJECT_BUNDLE_PREFIX.as_bytes()) {
+        Some((SectionRole::BundleEntry, false))
+    } else {
+        None
     }
 }

@@ -1,0 +1,330 @@
+//! Whether a file may hold offload code, told from positioned reads of its
+//! headers without mapping it: what a directory scan does for each of
+//! thousands of libraries and static archives, almost none of which hold GPU
+//! code. "May": whatever these reads cannot tell (an unusual layout, a header
+//! they cannot read) is left to the full parse, which says what is wrong.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use object::elf::{FileHeader64, SectionHeader64};
+use object::read::elf::{FileHeader, SectionHeader};
+use object::{Endianness, FileKind};
+
+use super::file::whole;
+use super::section_role;
+
+/// How far before the section table the read of an ELF file's tail starts:
+/// linkers write the section names just before the table, and this covers
+/// the names of any library seen here (rocSPARSE's are 300 bytes).
+const TAIL_BEFORE_TABLE: u64 = 4096;
+
+/// The most bytes one read may ask for: a table larger than this is left to
+/// the full parse.
+const MAX_READ: usize = 1 << 20;
+
+/// The fewest bytes one read of an archive fetches: its small members
+/// (`libc.a` holds 1,700 of a few KiB) are then read many to a read.
+const ARCHIVE_WINDOW: usize = 16 << 10;
+
+/// Members read before the quick look gives up (and the full parse, with its
+/// limits, takes over).
+const MAX_MEMBERS: usize = 1 << 20;
+
+/// Positioned reads of a file through one buffer: a read that lies inside the
+/// previous one's bytes costs no system call.
+struct Reads<'f> {
+    file: &'f File,
+    /// The fewest bytes one read fetches.
+    min: usize,
+    /// Where the bytes held start in the file, and how many are held.
+    at: u64,
+    len: usize,
+    /// Never shrunk, so that it is zeroed once.
+    buf: Vec<u8>,
+}
+
+impl<'f> Reads<'f> {
+    /// Reads of `file` whose first `head` bytes are already read.
+    fn new(file: &'f File, head: &[u8], min: usize) -> Reads<'f> {
+        Reads {
+            file,
+            min,
+            at: 0,
+            len: head.len(),
+            buf: head.to_vec(),
+        }
+    }
+
+    /// Up to `len` bytes at `at` (fewer at the end of the file).
+    fn upto(&mut self, at: u64, len: usize) -> Option<&[u8]> {
+        if len > MAX_READ {
+            return None;
+        }
+        let end = at.checked_add(len as u64)?;
+        if at < self.at || end > self.at + self.len as u64 {
+            self.fill(at, len)?;
+        }
+        let from = usize::try_from(at.checked_sub(self.at)?).ok()?;
+        let to = (from + len).min(self.len);
+        self.buf.get(from..to)
+    }
+
+    /// Exactly `len` bytes at `at`.
+    fn get(&mut self, at: u64, len: usize) -> Option<&[u8]> {
+        self.upto(at, len).filter(|b| b.len() == len)
+    }
+
+    fn fill(&mut self, at: u64, len: usize) -> Option<()> {
+        let want = len.max(self.min);
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
+        }
+        let mut got = 0;
+        while got < want {
+            match self.file.read_at(&mut self.buf[got..want], at + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        self.len = got;
+        self.at = at;
+        Some(())
+    }
+}
+
+/// Whether the 64-bit ELF file `file` (whose first bytes are `head`) has a
+/// section the full parse would report, from one more positioned read (the
+/// section table and the names before it) or, for an unusual layout, two.
+pub(super) fn elf_may_hold_offload_code(file: &File, head: &[u8]) -> bool {
+    elf_may_hold(&mut Reads::new(file, head, 0), 0, u64::MAX)
+}
+
+/// [`elf_may_hold_offload_code`] for the ELF object at `base` in the file,
+/// `end` being where its bytes end.
+fn elf_may_hold(reads: &mut Reads<'_>, base: u64, end: u64) -> bool {
+    let Some(bytes) = reads.get(base, std::mem::size_of::<FileHeader64<Endianness>>()) else {
+        return true;
+    };
+    let Ok(header) = FileHeader64::<Endianness>::parse(bytes) else {
+        return true;
+    };
+    let Ok(endian) = header.endian() else {
+        return true;
+    };
+    let (count, index) = (header.e_shnum(endian), header.e_shstrndx(endian));
+    // Extended numbering (0 sections or SHN_XINDEX) is left to the full parse.
+    if count == 0 || index == object::elf::SHN_XINDEX {
+        return true;
+    }
+    let entry = std::mem::size_of::<SectionHeader64<Endianness>>() as u64;
+    let Some((table_at, table_end)) = base
+        .checked_add(header.e_shoff(endian))
+        .and_then(|at| Some((at, at.checked_add(u64::from(count) * entry)?)))
+        .filter(|&(_, table_end)| table_end <= end)
+    else {
+        return true;
+    };
+    let start = table_at.saturating_sub(TAIL_BEFORE_TABLE).max(base);
+    let Some(tail) = reads.get(start, (table_end - start) as usize) else {
+        return true;
+    };
+    let Ok(headers) = object::pod::slice_from_all_bytes::<SectionHeader64<Endianness>>(
+        &tail[(table_at - start) as usize..],
+    ) else {
+        return true;
+    };
+    let Some(names) = headers.get(usize::from(index)) else {
+        return true;
+    };
+    let Some((names_at, names_len)) = base
+        .checked_add(names.sh_offset(endian))
+        .zip(usize::try_from(names.sh_size(endian)).ok())
+    else {
+        return true;
+    };
+    let any = |names: &[u8], mut sections: std::slice::Iter<'_, (u32, u32)>| {
+        sections.any(|&(name, kind)| section_role(names, name, kind).is_some())
+    };
+    let fields: Vec<(u32, u32)> = headers
+        .iter()
+        .map(|h| (h.sh_name(endian), h.sh_type(endian)))
+        .collect();
+    // The names, where the tail holds them; else one more read.
+    if let Some(names) = names_at
+        .checked_sub(start)
+        .and_then(|at| tail.get(usize::try_from(at).ok()?..)?.get(..names_len))
+    {
+        return any(names, fields.iter());
+    }
+    match names_at.checked_add(names_len as u64) {
+        Some(names_end) if names_end <= end => match reads.get(names_at, names_len) {
+            Some(names) => any(names, fields.iter()),
+            None => true,
+        },
+        _ => true,
+    }
+}
+
+/// Whether the `ar` archive `file` (whose first bytes are `head`) has a
+/// member the full parse would report: an ELF object with an offload
+/// section, or a container or GPU image on its own. Each member costs its
+/// header and, for an object, its section table; small members are read
+/// [`ARCHIVE_WINDOW`] bytes to a read.
+pub(super) fn archive_may_hold_offload_code(file: &File, head: &[u8]) -> bool {
+    // GNU and System V archives only; thin and AIX archives are left to
+    // the full parse.
+    if !head.starts_with(b"!<arch>\n") {
+        return true;
+    }
+    let mut reads = Reads::new(file, head, ARCHIVE_WINDOW);
+    let mut at = 8u64;
+    for _ in 0..MAX_MEMBERS {
+        let Some(header) = reads.upto(at, 60) else {
+            return true;
+        };
+        if header.is_empty() {
+            // The end of the archive, if the file reaches it: a member that
+            // ran past the end is left to the full parse.
+            return reads.get(at - 1, 1).is_none();
+        }
+        if header.len() < 60 || &header[58..60] != b"`\n" {
+            return true;
+        }
+        let name: [u8; 16] = header[..16].try_into().unwrap_or_default();
+        let Some(size) = std::str::from_utf8(&header[48..58])
+            .ok()
+            .and_then(|s| s.trim_end().parse::<u64>().ok())
+        else {
+            return true;
+        };
+        let data = at + 60;
+        let Some(next) = data.checked_add(size).map(|end| end + (end & 1)) else {
+            return true;
+        };
+        if member_may_hold(&mut reads, &name, data, size) {
+            return true;
+        }
+        at = next;
+    }
+    true
+}
+
+/// Whether the archive member named `name` (its header's 16 bytes), whose
+/// `size` bytes start at `data`, may hold offload code.
+fn member_may_hold(reads: &mut Reads<'_>, name: &[u8; 16], mut data: u64, mut size: u64) -> bool {
+    let name = name.trim_ascii_end();
+    // Symbol tables and the long-name table (System V, GNU, BSD).
+    if matches!(name, b"/" | b"/SYM64/" | b"//" | b"ARFILENAMES/") || name.starts_with(b"__.SYMDEF")
+    {
+        return false;
+    }
+    // A BSD long name is stored at the start of the data.
+    let mut ptx_name = name.ends_with(b".ptx");
+    if let Some(len) = name.strip_prefix(b"#1/") {
+        let Some(len) = std::str::from_utf8(len)
+            .ok()
+            .and_then(|l| l.parse::<u64>().ok())
+        else {
+            return true;
+        };
+        let Some(long) = reads.get(data, len.min(4096) as usize) else {
+            return true;
+        };
+        ptx_name = long
+            .split(|&b| b == 0)
+            .next()
+            .is_some_and(|n| n.ends_with(b".ptx"));
+        let Some(rest) = size.checked_sub(len) else {
+            return true;
+        };
+        (data, size) = (data + len, rest);
+    }
+    let Some(head) = reads.upto(data, size.min(4096) as usize) else {
+        return true;
+    };
+    if let Ok(FileKind::Elf64) = FileKind::parse(head) {
+        if whole(head, 0, None).is_some() {
+            return true;
+        }
+        return elf_may_hold(reads, data, data + size);
+    }
+    whole(head, 0, None).is_some() || ptx_name && !head.contains(&0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str, bytes: &[u8]) -> (std::path::PathBuf, File) {
+        let path = std::env::temp_dir().join(format!("quick-{}-{name}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        (path, file)
+    }
+
+    #[test]
+    fn reads_share_one_buffer_and_stop_at_the_end() {
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        let (path, file) = temp("reads", &bytes);
+        let mut reads = Reads::new(&file, &bytes[..100], 1000);
+        assert_eq!(reads.get(10, 20), Some(&bytes[10..30]));
+        assert_eq!(reads.get(5000, 10), Some(&bytes[5000..5010]));
+        // Inside the window of the last read: no new read needed.
+        assert_eq!(reads.get(5900, 100), Some(&bytes[5900..6000]));
+        assert_eq!(reads.upto(9990, 100), Some(&bytes[9990..]));
+        assert_eq!(reads.get(9990, 100), None);
+        assert_eq!(reads.upto(20_000, 10), Some(&[][..]));
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// An `ar` archive of `members` (name, bytes), GNU style.
+    fn archive(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut a = b"!<arch>\n".to_vec();
+        for (name, bytes) in members {
+            a.extend(
+                format!(
+                    "{:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n",
+                    format!("{name}/"),
+                    0,
+                    0,
+                    0,
+                    644,
+                    bytes.len()
+                )
+                .bytes(),
+            );
+            a.extend_from_slice(bytes);
+            if a.len() % 2 == 1 {
+                a.push(b'\n');
+            }
+        }
+        a
+    }
+
+    #[test]
+    fn archives_are_told_by_their_members() {
+        let plain = archive(&[("a.txt", b"hello"), ("b.txt", b"odd")]);
+        let (path, file) = temp("plain.a", &plain);
+        assert!(!archive_may_hold_offload_code(
+            &file,
+            &plain[..plain.len().min(4096)]
+        ));
+        std::fs::remove_file(path).unwrap();
+        let bundle = archive(&[
+            ("a.txt", b"hello"),
+            ("k.bc", b"__CLANG_OFFLOAD_BUNDLE__\x01\0\0\0\0\0\0\0"),
+        ]);
+        let (path, file) = temp("bundle.a", &bundle);
+        assert!(archive_may_hold_offload_code(&file, &bundle));
+        std::fs::remove_file(path).unwrap();
+        // A member whose size runs past the end is left to the full parse.
+        let mut broken = plain.clone();
+        broken[8 + 48..8 + 58].copy_from_slice(b"999999    ");
+        let (path, file) = temp("broken.a", &broken);
+        assert!(archive_may_hold_offload_code(&file, &broken));
+        std::fs::remove_file(path).unwrap();
+    }
+}
