@@ -71,44 +71,14 @@ fn main() -> ExitCode {
         eprintln!("offload-probe: {e}");
         return ExitCode::from(2);
     }
-    let found = walk::expand(&args.paths);
-    let mut inputs = found.inputs;
-    if let Some(pid) = args.pid {
-        match inputs::process_objects(pid) {
-            Ok(p) => inputs.extend(p.into_iter().map(|path| walk::Input {
-                path,
-                explicit: false,
-            })),
-            Err(e) => {
-                eprintln!("offload-probe: process {pid}: {e}");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    if args.deps {
-        let paths: Vec<PathBuf> = inputs.iter().map(|i| i.path.clone()).collect();
-        let explicit: Vec<PathBuf> = inputs
-            .iter()
-            .filter(|i| i.explicit)
-            .map(|i| i.path.clone())
-            .collect();
-        inputs = inputs::with_dependencies(&paths)
-            .into_iter()
-            .map(|path| walk::Input {
-                explicit: explicit.contains(&path),
-                path,
-            })
-            .collect();
-    }
     let limits = Limits::default();
     // A progress bar on a terminal for directory scans; never in JSON or
-    // when stderr is not a terminal.
-    let progress = if found.walked
+    // when stderr is not a terminal. Its length grows as the walk finds files.
+    let progress = if args.paths.iter().any(|p| p.is_dir())
         && !args.json
         && std::io::IsTerminal::is_terminal(&std::io::stderr())
     {
-        let bar =
-            ProgressBar::with_draw_target(Some(inputs.len() as u64), ProgressDrawTarget::stderr());
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
         if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} files, {msg}") {
             bar.set_style(style);
         }
@@ -116,37 +86,76 @@ fn main() -> ExitCode {
     } else {
         ProgressBar::hidden()
     };
+    let inspector = Inspect {
+        devices: &devices,
+        limits: &limits,
+        extract: args.extract.as_deref(),
+        all: args.all,
+        progress: &progress,
+    };
     // Files are inspected in parallel, each mapped and released in turn:
     // memory holds the reports of files with GPU code, not the files.
-    let results: Vec<(report::ObjectReport, Vec<String>)> = inputs
-        .par_iter()
-        .map(|input| {
-            let visit = |scope: &Scope<'_, '_>, selections: &[Selection]| match &args.extract {
-                Some(dir) => extract(dir, &input.path, scope, selections, args.all)
-                    .err()
-                    .into_iter()
-                    .collect(),
-                None => Vec::new(),
-            };
-            let done = report::inspect(&input.path, &devices, &limits, &visit);
-            progress.inc(1);
-            done
-        })
-        .collect();
+    let (mut results, dir_errors) = if args.deps {
+        // Every name first: the dependencies are resolved from the list.
+        let found = walk::scan(&args.paths, &walk::Listing);
+        let mut paths: Vec<PathBuf> = found.inputs.iter().map(|(i, ())| i.path.clone()).collect();
+        let explicit: Vec<PathBuf> = found
+            .inputs
+            .iter()
+            .filter(|(i, ())| i.explicit)
+            .map(|(i, ())| i.path.clone())
+            .collect();
+        if let Some(pid) = args.pid {
+            match inputs::process_objects(pid) {
+                Ok(p) => paths.extend(p),
+                Err(e) => {
+                    eprintln!("offload-probe: process {pid}: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        let inputs: Vec<walk::Input> = inputs::with_dependencies(&paths)
+            .into_iter()
+            .map(|path| walk::Input {
+                explicit: explicit.contains(&path),
+                path,
+            })
+            .collect();
+        (inspect_all(inputs, &inspector), found.errors)
+    } else {
+        let found = walk::scan(&args.paths, &inspector);
+        let mut results = found.inputs;
+        if let Some(pid) = args.pid {
+            match inputs::process_objects(pid) {
+                Ok(p) => results.extend(inspect_all(
+                    p.into_iter()
+                        .map(|path| walk::Input {
+                            path,
+                            explicit: false,
+                        })
+                        .collect(),
+                    &inspector,
+                )),
+                Err(e) => {
+                    eprintln!("offload-probe: process {pid}: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        (results, found.errors)
+    };
     progress.finish_and_clear();
     let mut extract_errors = Vec::new();
     let mut objects = Vec::new();
-    for (path, e) in found.errors {
+    for (path, e) in dir_errors {
         objects.push(report::ObjectReport::failed(&path, e));
     }
-    for (input, (object, errors)) in inputs.iter().zip(results) {
+    for (input, (object, errors)) in results.drain(..) {
         extract_errors.extend(errors);
         // Files found in directories, by --deps or --pid are left out when
         // they hold no offload code (and are not even ELF or a container,
         // or not regular files); named files are always reported.
-        let plain =
-            object.containers.is_empty() && (object.error.is_none() || object.not_offload_format);
-        if plain && !input.explicit {
+        if !input.explicit && !object.shown() {
             continue;
         }
         objects.push(object);
@@ -169,6 +178,56 @@ fn main() -> ExitCode {
         eprintln!("offload-probe: {e}");
     }
     exit_status(&report, !extract_errors.is_empty())
+}
+
+/// What the probe does with each file: inspect it (and extract from it).
+struct Inspect<'a> {
+    devices: &'a [report::DeviceRow],
+    limits: &'a Limits,
+    extract: Option<&'a Path>,
+    all: bool,
+    progress: &'a ProgressBar,
+}
+
+impl walk::Inspector for Inspect<'_> {
+    type Report = (report::ObjectReport, Vec<String>);
+
+    fn inspect(&self, path: &Path) -> Self::Report {
+        let visit = |scope: &Scope<'_, '_>, selections: &[Selection]| match self.extract {
+            Some(dir) => extract(dir, path, scope, selections, self.all)
+                .err()
+                .into_iter()
+                .collect(),
+            None => Vec::new(),
+        };
+        let done = report::inspect(path, self.devices, self.limits, &visit);
+        self.progress.inc(1);
+        done
+    }
+
+    fn shown(&self, (object, _): &Self::Report) -> bool {
+        object.shown()
+    }
+
+    fn found(&self, files: usize) {
+        self.progress.inc_length(files as u64);
+    }
+}
+
+/// `inputs`, inspected in parallel.
+fn inspect_all(
+    inputs: Vec<walk::Input>,
+    inspector: &Inspect<'_>,
+) -> Vec<(walk::Input, <Inspect<'static> as walk::Inspector>::Report)> {
+    use walk::Inspector;
+    inspector.found(inputs.len());
+    inputs
+        .into_par_iter()
+        .map(|input| {
+            let report = inspector.inspect(&input.path);
+            (input, report)
+        })
+        .collect()
 }
 
 fn exit_status(report: &report::Report, extract_failed: bool) -> ExitCode {

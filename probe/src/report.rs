@@ -112,6 +112,13 @@ pub fn coverage(devices: &[DeviceRow], objects: &[ObjectReport]) -> Vec<Coverage
 }
 
 impl ObjectReport {
+    /// Whether a file found in a directory (or by `--deps`, `--pid`) is
+    /// reported: it holds offload code, or is a format that can and could
+    /// not be read. Named files are always reported.
+    pub fn shown(&self) -> bool {
+        !self.containers.is_empty() || (self.error.is_some() && !self.not_offload_format)
+    }
+
     /// A path that could not be read at all (a directory the walk could not list).
     pub fn failed(path: &Path, error: String) -> ObjectReport {
         ObjectReport {
