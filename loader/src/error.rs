@@ -14,6 +14,11 @@ pub struct Error {
     /// Offset of the offending field or structure, from the start of the buffer
     /// the parser was given (shifted by [`Error::at`] as context is added).
     pub offset: u64,
+    /// Set when [`Error::offset`] lies in inflated data, which no file offset
+    /// names: then `offset` counts from the start of the inflated bytes, and
+    /// this is where the compressed container they were inflated from starts
+    /// (shifted by [`Error::at`] instead of `offset`).
+    pub inflated_from: Option<u64>,
     /// What was wrong.
     pub kind: ErrorKind,
 }
@@ -113,21 +118,53 @@ pub enum ErrorKind {
 impl Error {
     /// An error of `kind` at `offset`.
     pub fn new(offset: u64, kind: ErrorKind) -> Self {
-        Error { offset, kind }
+        Error {
+            offset,
+            inflated_from: None,
+            kind,
+        }
+    }
+
+    /// Where in the parsed buffer the error is: its offset, or for an error in
+    /// inflated data, the offset of the compressed container.
+    pub fn container_offset(&self) -> u64 {
+        self.inflated_from.unwrap_or(self.offset)
+    }
+
+    /// Marks the error as found in the data inflated from the compressed
+    /// container at offset 0 of the buffer being parsed (see
+    /// [`Error::inflated_from`]); its offset stays relative to that data.
+    #[must_use]
+    pub fn inflated(mut self) -> Self {
+        if self.inflated_from.is_none() {
+            self.inflated_from = Some(0);
+        }
+        self
     }
 
     /// Shifts the offset by `base`: used when the failing buffer starts at `base`
     /// within a larger one (a section within a file, a bundle within a section).
+    /// For an error in inflated data, the compressed container's offset moves.
     #[must_use]
     pub fn at(mut self, base: u64) -> Self {
-        self.offset = self.offset.saturating_add(base);
+        match &mut self.inflated_from {
+            Some(container) => *container = container.saturating_add(base),
+            None => self.offset = self.offset.saturating_add(base),
+        }
         self
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "at offset {:#x}: {}", self.offset, self.kind)
+        match self.inflated_from {
+            Some(container) => write!(
+                f,
+                "at offset {:#x} of the data inflated from the compressed container at {container:#x}: {}",
+                self.offset, self.kind
+            ),
+            None => write!(f, "at offset {:#x}: {}", self.offset, self.kind),
+        }
     }
 }
 

@@ -297,7 +297,7 @@ pub fn inspect(
         let mut rows = Vec::new();
         for e in found.containers.iter().filter_map(|c| c.as_ref().err()) {
             rows.push(ContainerReport {
-                offset: e.offset,
+                offset: e.container_offset(),
                 error: Some(format!("{}: {e}", path.display())),
                 ..row()
             });

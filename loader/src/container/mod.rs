@@ -373,7 +373,7 @@ impl<'a> Container<'a> {
         Bytes(inflated)
             .slice(image.offset, image.size, "bundle entry code object")
             .map(Cow::Borrowed)
-            .map_err(|e| e.at(self.offset))
+            .map_err(|e| e.inflated().at(self.offset))
     }
 
     /// The bytes of image `index`, keeping nothing: a compressed bundle is
@@ -393,7 +393,7 @@ impl<'a> Container<'a> {
             .map_err(|e| e.at(self.offset))?;
         Bytes(&inflated)
             .slice(image.offset, image.size, "bundle entry code object")
-            .map_err(|e| e.at(self.offset))?;
+            .map_err(|e| e.inflated().at(self.offset))?;
         inflated.truncate((image.offset + image.size) as usize);
         inflated.drain(..image.offset as usize);
         Ok(Cow::Owned(inflated))
@@ -512,7 +512,7 @@ fn compressed_images(ccob: &CompressedBundle<'_>, limits: &Limits) -> Result<Vec
             {
                 want = want.saturating_mul(2).min(ccob.uncompressed_size);
             }
-            Err(e) => return Err(e.at(ccob.header_len)),
+            Err(e) => return Err(e.inflated()),
         }
     }
 }
@@ -605,6 +605,30 @@ mod tests {
             out.extend(obj);
         }
         out
+    }
+
+    #[test]
+    fn errors_inside_inflated_data_name_the_compressed_container() {
+        // A bundle whose table promises an entry past the end of its data,
+        // compressed, behind 64 bytes of padding in the section.
+        let mut raw = bundle(&[("hip-amdgcn-amd-amdhsa--gfx1100", elf(0x41))]);
+        raw[32..40].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let ccob = crate::compressed::tests::ccob(3, crate::compressed::Method::Zstd, &raw);
+        let mut section = vec![0u8; 64];
+        section.extend(&ccob);
+        let found = scan(&section, &Limits::default());
+        let e = found
+            .iter()
+            .find_map(|c| c.as_ref().err())
+            .expect("an error");
+        assert_eq!(e.inflated_from, Some(64));
+        assert_eq!(e.container_offset(), 64);
+        assert!(
+            e.to_string().starts_with(
+                "at offset 0x20 of the data inflated from the compressed container at 0x40: "
+            ),
+            "{e}"
+        );
     }
 
     #[test]
