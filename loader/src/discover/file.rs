@@ -48,7 +48,7 @@ impl MappedFile {
         // A pipe or a directory fails the positioned read, and only then is
         // the file's type looked up.
         let file = open_nonblocking(&path)?;
-        let mut head = [0u8; 4096];
+        let mut head = [0u8; quick::HEAD];
         let n = match std::os::unix::fs::FileExt::read_at(&file, &mut head, 0) {
             Ok(n) => n,
             Err(e) => {
@@ -61,20 +61,7 @@ impl MappedFile {
         };
         let head = &head[..n];
         let kind = FileKind::parse(head);
-        // Containers and images by their magic or first lines (a raw code
-        // object is ELF too), archives, ELF files with an offload section,
-        // ELF the quick look cannot read (the full parse says what is wrong
-        // with it), and a `.ptx` file whose directives lie past its first
-        // 4 KiB of comments.
-        let maybe = whole(head, 0, None).is_some()
-            || match kind {
-                Ok(FileKind::Elf64) => quick::elf_may_hold_offload_code(&file, head),
-                Ok(FileKind::Archive) => quick::archive_may_hold_offload_code(&file, head),
-                _ => {
-                    head.starts_with(crate::magic::ELF)
-                        || path.extension().is_some_and(|e| e == "ptx") && !head.contains(&0)
-                }
-            };
+        let maybe = quick::may_hold_offload_code(&file, head, &kind);
         if maybe {
             let len = regular_len(&path, &file)?;
             return map(path, &file, len).map(Some);
