@@ -1,6 +1,7 @@
 //! The quick look of a directory scan (`MappedFile::open_if_offload`: an ELF
 //! file's section table and names by positioned reads, an `ar` archive member
-//! by member through a 16 KiB buffer) on a file holding the input.
+//! by member, each object's section table read with the next member's
+//! header) on a file holding the input.
 //!
 //! Invariant: it never misses what the full parse (`offload_sections` over
 //! the whole bytes) finds; whatever it returns, it returns without panicking.

@@ -28,9 +28,20 @@ const TAIL_BEFORE_TABLE: u64 = 4096;
 /// the full parse.
 const MAX_READ: usize = 1 << 20;
 
-/// The fewest bytes one read of an archive fetches: its small members
-/// (`libc.a` holds 1,700 of a few KiB) are then read many to a read.
-const ARCHIVE_WINDOW: usize = 16 << 10;
+/// The fewest bytes one read of an archive fetches: its smallest members are
+/// read several to a read.
+const ARCHIVE_WINDOW: usize = 2 << 10;
+
+/// How far before an archive member's section table its tail read starts: a
+/// relocatable object's section names (just before the table) are shorter
+/// than a library's; longer ones take a second read.
+const MEMBER_TAIL_BEFORE_TABLE: u64 = 1024;
+
+/// What an archive member's tail read takes of what follows it: the padding
+/// byte, the next member's header and its ELF header. So each member of an
+/// archive of objects costs one read, of about its section table: the
+/// members' code, most of the archive's bytes, is never read.
+const NEXT_MEMBER_HEAD: u64 = 1 + 60 + 64;
 
 /// Members read before the quick look gives up (and the full parse, with its
 /// limits, takes over).
@@ -148,12 +159,21 @@ fn ptx_past_head(reads: &mut Reads<'_>, at: u64, end: u64, head: &[u8]) -> bool 
 /// section the full parse would report, from one more positioned read (the
 /// section table and the names before it) or, for an unusual layout, two.
 pub(super) fn elf_may_hold_offload_code(file: &File, head: &[u8]) -> bool {
-    elf_may_hold(&mut Reads::new(file, head, 0), 0, u64::MAX)
+    elf_may_hold(
+        &mut Reads::new(file, head, 0),
+        0,
+        u64::MAX,
+        TAIL_BEFORE_TABLE,
+        0,
+    )
 }
 
 /// [`elf_may_hold_offload_code`] for the ELF object at `base` in the file,
-/// `end` being where its bytes end.
-fn elf_may_hold(reads: &mut Reads<'_>, base: u64, end: u64) -> bool {
+/// `end` being where its bytes end. The read of its tail starts up to
+/// `before` bytes before the section table (where linkers put the names)
+/// and, when the table ends the object, goes on `ahead` bytes past `end`
+/// (an archive's next member header and ELF header, read with it).
+fn elf_may_hold(reads: &mut Reads<'_>, base: u64, end: u64, before: u64, ahead: u64) -> bool {
     let Some(bytes) = reads.get(base, std::mem::size_of::<FileHeader64<Endianness>>()) else {
         return true;
     };
@@ -176,8 +196,16 @@ fn elf_may_hold(reads: &mut Reads<'_>, base: u64, end: u64) -> bool {
     else {
         return true;
     };
-    let start = table_at.saturating_sub(TAIL_BEFORE_TABLE).max(base);
-    let Some(tail) = reads.get(start, (table_end - start) as usize) else {
+    let start = table_at.saturating_sub(before).max(base);
+    let read_end = if ahead > 0 && end - table_end < ahead {
+        end.saturating_add(ahead)
+    } else {
+        table_end
+    };
+    let Some(tail) = reads
+        .upto(start, (read_end - start) as usize)
+        .and_then(|t| t.get(..(table_end - start) as usize))
+    else {
         return true;
     };
     let Ok(headers) = object::pod::slice_from_all_bytes::<SectionHeader64<Endianness>>(
@@ -219,9 +247,9 @@ fn elf_may_hold(reads: &mut Reads<'_>, base: u64, end: u64) -> bool {
 
 /// Whether the `ar` archive `file` (whose first bytes are `head`) has a
 /// member the full parse would report: an ELF object with an offload
-/// section, or a container or GPU image on its own. Each member costs its
-/// header and, for an object, its section table; small members are read
-/// [`ARCHIVE_WINDOW`] bytes to a read.
+/// section, or a container or GPU image on its own. An object member costs
+/// one read: its section table and names, with the next member's header
+/// and ELF header (see [`NEXT_MEMBER_HEAD`]); its code is never read.
 pub(super) fn archive_may_hold_offload_code(file: &File, head: &[u8]) -> bool {
     // GNU and System V archives only; thin and AIX archives are left to
     // the full parse.
@@ -283,15 +311,24 @@ fn member_may_hold(reads: &mut Reads<'_>, name: &[u8; 16], mut data: u64, mut si
         };
         (data, size) = (data + len, rest);
     }
+    // An ELF member is told by its first 64 bytes (read with the previous
+    // member's tail); other members by up to 4 KiB, as a file is.
+    let Some(first) = reads.upto(data, size.min(64) as usize) else {
+        return true;
+    };
+    if let Ok(FileKind::Elf64) = FileKind::parse(first) {
+        return whole(first, 0, None).is_some()
+            || elf_may_hold(
+                reads,
+                data,
+                data + size,
+                MEMBER_TAIL_BEFORE_TABLE,
+                NEXT_MEMBER_HEAD,
+            );
+    }
     let Some(head) = reads.upto(data, size.min(HEAD as u64) as usize) else {
         return true;
     };
-    if let Ok(FileKind::Elf64) = FileKind::parse(head) {
-        if whole(head, 0, None).is_some() {
-            return true;
-        }
-        return elf_may_hold(reads, data, data + size);
-    }
     if whole(head, 0, None).is_some() {
         return true;
     }
