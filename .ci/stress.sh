@@ -7,7 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
 cpus=${2:-$(nproc)}
-command -v stress-ng >/dev/null || { echo "error: stress-ng not found" >&2; exit 1; }
+if ! command -v stress-ng >/dev/null; then
+  if [[ ${CI:-} == true ]]; then echo "error: stress-ng not found" >&2; exit 1; fi
+  echo "warning: stress-ng not found (apt-get install stress-ng): the loaded runs are skipped" >&2
+  exit 0
+fi
 cargo build --workspace
 stress-ng --cpu "$cpus" --timeout 0 >/dev/null 2>&1 &
 load=$!
