@@ -139,6 +139,20 @@ impl Drop for Reading<'_> {
 }
 
 impl Library {
+    /// Library `id`, registered and not yet used.
+    fn new(id: usize, origin: Origin, source: Images, runtime: Runtime) -> Library {
+        Library {
+            id,
+            origin,
+            source,
+            runtime,
+            selections: OnceCell::new(),
+            modules: OnceCell::new(),
+            readers: AtomicUsize::new(0),
+            revoked: AtomicBool::new(false),
+        }
+    }
+
     /// The record of the fat binary in slot `id`: its bytes run from its
     /// address to the end of the segment that holds it, found in the pinned
     /// object or else by a lookup; a fat binary in no loaded segment is a
@@ -152,23 +166,19 @@ impl Library {
         // binary; the library reaches these bytes only until `unregister` has
         // revoked it.
         let bytes = segment.map(|s| unsafe { process::memory(fatbin.start..s.end) });
-        Library {
+        Library::new(
             id,
-            origin: Origin {
+            Origin {
                 object: ObjectName::from_raw(fatbin.object),
                 what: "fatbin",
                 address: fatbin.start,
             },
-            source: Images::Fatbin {
+            Images::Fatbin {
                 bytes,
                 parsed: OnceCell::new(),
             },
-            runtime: fatbin.runtime,
-            selections: OnceCell::new(),
-            modules: OnceCell::new(),
-            readers: AtomicUsize::new(0),
-            revoked: AtomicBool::new(false),
-        }
+            fatbin.runtime,
+        )
     }
 
     /// Enters the library, or `None` once it is unregistered.
@@ -606,16 +616,7 @@ static EAGER: Lazy<bool> =
 /// Registers a library listed by a descriptor and returns its id.
 pub(crate) fn register(runtime: Runtime, origin: Origin, source: Images) -> usize {
     let id = slots::push(State::Descriptor, None);
-    let library = Arc::new(Library {
-        id,
-        origin,
-        source,
-        runtime,
-        selections: OnceCell::new(),
-        modules: OnceCell::new(),
-        readers: AtomicUsize::new(0),
-        revoked: AtomicBool::new(false),
-    });
+    let library = Arc::new(Library::new(id, origin, source, runtime));
     with(|r| set(&mut r.libraries, id, Some(library.clone())));
     if *EAGER {
         load_now(&library);
