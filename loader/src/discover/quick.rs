@@ -133,23 +133,24 @@ pub(super) fn may_hold_offload_code(
                     u64::MAX
                 };
                 head.starts_with(crate::magic::ELF)
-                    || ptx_past_head(&mut Reads::new(file, head, 0), 0, end, head)
+                    || ptx_past_head(&mut Reads::new(file, head, 0), 0, end, head.len())
             }
         }
 }
 
-/// Whether the text starting with `head` at `at` (and ending by `end`) is
-/// PTX whose header the PTX reader finds only past `head`: it reads up to
-/// [`ptx::MAX_HEADER`] bytes, skipping comments (of any length, NULs and
-/// all) before the first directive.
-fn ptx_past_head(reads: &mut Reads<'_>, at: u64, end: u64, head: &[u8]) -> bool {
-    let start = head.trim_ascii_start();
-    let may_be = start.starts_with(b"//") || start.starts_with(b"/*") || start.starts_with(b".");
-    let longer = (head.len() as u64) < end.saturating_sub(at).min(ptx::MAX_HEADER as u64);
-    if !may_be || !longer {
+/// Whether the text at `at` (ending by `end`), of which `head` bytes were
+/// looked at already, is PTX whose header the PTX reader finds only past
+/// them: it reads up to [`ptx::MAX_HEADER`] bytes, skipping comments (of any
+/// length, NULs and all) before the first directive.
+fn ptx_past_head(reads: &mut Reads<'_>, at: u64, end: u64, head: usize) -> bool {
+    let len = end.saturating_sub(at).min(ptx::MAX_HEADER as u64) as usize;
+    let may_be = |text: &[u8]| {
+        let start = text.trim_ascii_start();
+        start.starts_with(b"//") || start.starts_with(b"/*") || start.starts_with(b".")
+    };
+    if head >= len || !reads.upto(at, head).is_some_and(may_be) {
         return false;
     }
-    let len = end.saturating_sub(at).min(ptx::MAX_HEADER as u64) as usize;
     reads
         .upto(at, len)
         .is_some_and(|text| ptx::Header::parse(text).is_ok())
@@ -222,27 +223,29 @@ fn elf_may_hold(reads: &mut Reads<'_>, base: u64, end: u64, before: u64, ahead: 
     else {
         return true;
     };
-    let any = |names: &[u8], mut sections: std::slice::Iter<'_, (u32, u32)>| {
-        sections.any(|&(name, kind)| section_role(names, name, kind).is_some())
-    };
-    let fields: Vec<(u32, u32)> = headers
-        .iter()
-        .map(|h| (h.sh_name(endian), h.sh_type(endian)))
-        .collect();
-    // The names, where the tail holds them; else one more read.
+    let fields = |h: &SectionHeader64<Endianness>| (h.sh_name(endian), h.sh_type(endian));
+    // The names, where the tail holds them (as linkers place them).
     if let Some(names) = names_at
         .checked_sub(start)
         .and_then(|at| tail.get(usize::try_from(at).ok()?..)?.get(..names_len))
     {
-        return any(names, fields.iter());
+        return any_offload_section(names, headers.iter().map(fields));
     }
+    // Else one more read, which reuses the buffer the headers are in.
+    let sections: Vec<(u32, u32)> = headers.iter().map(fields).collect();
     match names_at.checked_add(names_len as u64) {
         Some(names_end) if names_end <= end => match reads.get(names_at, names_len) {
-            Some(names) => any(names, fields.iter()),
+            Some(names) => any_offload_section(names, sections.into_iter()),
             None => true,
         },
         _ => true,
     }
+}
+
+/// Whether any of `sections` (name offset into `names`, type) is one the full
+/// parse reports.
+fn any_offload_section(names: &[u8], mut sections: impl Iterator<Item = (u32, u32)>) -> bool {
+    sections.any(|(name, kind)| section_role(names, name, kind).is_some())
 }
 
 /// Whether the `ar` archive `file` (whose first bytes are `head`) has a
@@ -332,8 +335,8 @@ fn member_may_hold(reads: &mut Reads<'_>, name: &[u8; 16], mut data: u64, mut si
     if whole(head, 0, None).is_some() {
         return true;
     }
-    let head = head.to_vec();
-    ptx_past_head(reads, data, data + size, &head)
+    let head = head.len();
+    ptx_past_head(reads, data, data + size, head)
 }
 
 #[cfg(test)]
