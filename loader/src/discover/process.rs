@@ -92,26 +92,37 @@ unsafe extern "C" fn collect(
         [] => return 0,
         n => PathBuf::from(std::ffi::OsStr::from_bytes(n)),
     };
-    let phdrs = if info.dlpi_phdr.is_null() {
-        &[][..]
-    } else {
-        // SAFETY: the loader guarantees `dlpi_phnum` headers at `dlpi_phdr`.
-        unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
-    };
-    let segments = phdrs
-        .iter()
-        .filter(|p| p.p_type == libc::PT_LOAD)
-        .filter_map(|p| {
-            let start = base.checked_add(p.p_vaddr as usize)?;
-            Some(start..start.checked_add(p.p_memsz as usize)?)
-        })
-        .collect();
+    // SAFETY: `info` is the loader's, for the duration of this call.
+    let segments = unsafe { load_segments(info) }.collect();
     objects.push(LoadedObject {
         path,
         base,
         segments,
     });
     0
+}
+
+/// The `PT_LOAD` segments, in memory, of the object `info` describes.
+///
+/// # Safety
+/// `info` must be one `dl_iterate_phdr` passed to its callback, used during
+/// that call (its program headers are the loader's).
+unsafe fn load_segments(info: &libc::dl_phdr_info) -> impl Iterator<Item = Range<usize>> + '_ {
+    let base = info.dlpi_addr as usize;
+    let phdrs = if info.dlpi_phdr.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: the loader guarantees `dlpi_phnum` headers at `dlpi_phdr`
+        // (the caller's promise).
+        unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+    };
+    phdrs
+        .iter()
+        .filter(|p| p.p_type == libc::PT_LOAD)
+        .filter_map(move |p| {
+            let start = base.checked_add(p.p_vaddr as usize)?;
+            Some(start..start.checked_add(p.p_memsz as usize)?)
+        })
 }
 
 /// The loaded object whose segments contain `addr`, and the span from `addr`
@@ -266,22 +277,10 @@ pub fn locate_by_walk(addr: usize) -> Option<Located> {
         // this call, and `data` is the `Search` passed by `locate_by_walk`.
         let (info, search) = unsafe { (&*info, &mut *data.cast::<Search>()) };
         let first = std::mem::replace(&mut search.first, false);
-        let base = info.dlpi_addr as usize;
-        let phdrs = if info.dlpi_phdr.is_null() {
-            &[][..]
-        } else {
-            // SAFETY: the loader guarantees `dlpi_phnum` headers at `dlpi_phdr`.
-            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
-        };
         let mut segments = Segments::EMPTY;
         let mut segment = None;
-        for p in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
-            let Some(s) = base
-                .checked_add(p.p_vaddr as usize)
-                .and_then(|start| Some(start..start.checked_add(p.p_memsz as usize)?))
-            else {
-                continue;
-            };
+        // SAFETY: `info` is the loader's, for the duration of this call.
+        for s in unsafe { load_segments(info) } {
             if segment.is_none() && s.contains(&search.addr) {
                 segment = Some(s.clone());
             }
