@@ -93,9 +93,20 @@ fn main() -> ExitCode {
         all: args.all,
         progress: &progress,
     };
+    let process_objects = match args.pid.map(inputs::process_objects) {
+        Some(Ok(objects)) => objects,
+        Some(Err(e)) => {
+            eprintln!(
+                "offload-probe: process {}: {e}",
+                args.pid.unwrap_or_default()
+            );
+            return ExitCode::from(2);
+        }
+        None => Vec::new(),
+    };
     // Files are inspected in parallel, each mapped and released in turn:
     // memory holds the reports of files with GPU code, not the files.
-    let (mut results, dir_errors) = if args.deps {
+    let (results, dir_errors) = if args.deps {
         // Every name first: the dependencies are resolved from the list.
         let found = walk::scan(&args.paths, &walk::Listing);
         let mut paths: Vec<PathBuf> = found.inputs.iter().map(|(i, ())| i.path.clone()).collect();
@@ -105,15 +116,7 @@ fn main() -> ExitCode {
             .filter(|(i, ())| i.explicit)
             .map(|(i, ())| i.path.clone())
             .collect();
-        if let Some(pid) = args.pid {
-            match inputs::process_objects(pid) {
-                Ok(p) => paths.extend(p),
-                Err(e) => {
-                    eprintln!("offload-probe: process {pid}: {e}");
-                    return ExitCode::from(2);
-                }
-            }
-        }
+        paths.extend(process_objects);
         let inputs: Vec<walk::Input> = inputs::with_dependencies(&paths)
             .into_iter()
             .map(|path| walk::Input {
@@ -125,23 +128,11 @@ fn main() -> ExitCode {
     } else {
         let found = walk::scan(&args.paths, &inspector);
         let mut results = found.inputs;
-        if let Some(pid) = args.pid {
-            match inputs::process_objects(pid) {
-                Ok(p) => results.extend(inspect_all(
-                    p.into_iter()
-                        .map(|path| walk::Input {
-                            path,
-                            explicit: false,
-                        })
-                        .collect(),
-                    &inspector,
-                )),
-                Err(e) => {
-                    eprintln!("offload-probe: process {pid}: {e}");
-                    return ExitCode::from(2);
-                }
-            }
-        }
+        let objects = process_objects.into_iter().map(|path| walk::Input {
+            path,
+            explicit: false,
+        });
+        results.extend(inspect_all(objects.collect(), &inspector));
         (results, found.errors)
     };
     progress.finish_and_clear();
@@ -150,7 +141,7 @@ fn main() -> ExitCode {
     for (path, e) in dir_errors {
         objects.push(report::ObjectReport::failed(&path, e));
     }
-    for (input, (object, errors)) in results.drain(..) {
+    for (input, (object, errors)) in results {
         extract_errors.extend(errors);
         // Files found in directories, by --deps or --pid are left out when
         // they hold no offload code (and are not even ELF or a container,

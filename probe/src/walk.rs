@@ -85,30 +85,19 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
         reports: Mutex::new(HashMap::new()),
     };
     let nodes: Vec<Vec<Node>> = paths
-        .iter()
+        .par_iter()
         .map(|path| match std::fs::metadata(path) {
-            Ok(m) if m.is_dir() => Some((path, (m.dev(), m.ino()))),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .into_par_iter()
-        .zip(paths.par_iter())
-        .map(|(dir, path)| match dir {
-            Some((dir, key)) => walk.dir(dir, key),
-            None => vec![Node::Named(path.clone())],
+            Ok(m) if m.is_dir() => walk.dir(path, (m.dev(), m.ino())),
+            _ => vec![Node::Named(path.clone())],
         })
         .collect();
     let mut reports = walk.reports.into_inner().unwrap_or_else(|e| e.into_inner());
 
     // Each file once, at its first name; its report is the one made under
-    // that name, or one that is not shown, or else made now.
-    enum Slot<R> {
-        Done(R),
-        Inspect,
-    }
+    // that name, or one that is not shown, or else (`None`) made now.
     let mut seen = HashSet::new();
     let mut errors = Vec::new();
-    let mut order: Vec<(Input, Slot<I::Report>)> = Vec::new();
+    let mut order: Vec<(Input, Option<I::Report>)> = Vec::new();
     for node in nodes.into_iter().flatten() {
         match node {
             Node::Unreadable { path, message } => errors.push((path, message)),
@@ -117,7 +106,7 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
                     path,
                     explicit: true,
                 },
-                Slot::Inspect,
+                None,
             )),
             Node::Found { path, key } => {
                 if !seen.insert(key) {
@@ -133,32 +122,21 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
                         fallback = Some(report);
                     }
                 }
-                let slot = match exact.or(fallback) {
-                    Some(report) => Slot::Done(report),
-                    None => Slot::Inspect,
-                };
                 order.push((
                     Input {
                         path,
                         explicit: false,
                     },
-                    slot,
+                    exact.or(fallback),
                 ));
             }
         }
     }
-    let late = order
-        .iter()
-        .filter(|(_, s)| matches!(s, Slot::Inspect))
-        .count();
-    inspector.found(late);
+    inspector.found(order.iter().filter(|(_, made)| made.is_none()).count());
     let inputs = order
         .into_par_iter()
-        .map(|(input, slot)| {
-            let report = match slot {
-                Slot::Done(report) => report,
-                Slot::Inspect => inspector.inspect(&input.path),
-            };
+        .map(|(input, made)| {
+            let report = made.unwrap_or_else(|| inspector.inspect(&input.path));
             (input, report)
         })
         .collect();
