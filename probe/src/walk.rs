@@ -11,12 +11,15 @@
 //!
 //! Directories are read in parallel and each file is inspected as soon as its
 //! directory is read, on the same thread pool (`rayon`), so the walk and the
-//! inspection overlap. A regular file is inspected under the first name its
+//! inspection overlap: a directory's subdirectories are walked while its links
+//! are looked up, and each report travels with the name it was made under, in
+//! the walk's own output (no table shared between threads). A regular file is inspected under the first name its
 //! own directory gives it (its `.so` links usually sit beside it); the rare
 //! file whose first name lies in another directory, or that only a link
 //! reaches, is inspected under that name once the walk is over, and only if
 //! its report would be shown at all.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
@@ -57,23 +60,28 @@ pub struct Found<R> {
 /// Device and inode: what a file or directory is, whatever its name.
 type Key = (u64, u64);
 
-/// Reports made during the walk, by file, with the name each was made under.
-type Made<R> = HashMap<Key, Vec<(PathBuf, R)>>;
-
 /// What the walk found, in sorted order.
-enum Node {
-    /// A file found in a directory, by one of its names.
-    Found { path: PathBuf, key: Key },
+enum Node<R> {
+    /// A file found in a directory, by one of its names, with its report if
+    /// it was inspected under that name.
+    Found {
+        path: PathBuf,
+        key: Key,
+        report: Option<R>,
+    },
     /// A file named on the command line.
     Named(PathBuf),
     /// A directory that could not be read.
     Unreadable { path: PathBuf, message: String },
 }
 
+/// A directory's entry as it lists it: name, type (where the file system
+/// gives it) and inode.
+type Listed = (std::ffi::OsString, Option<std::fs::FileType>, u64);
+
 struct Walk<'a, I: Inspector> {
     inspector: &'a I,
     dirs: Mutex<HashSet<Key>>,
-    reports: Mutex<Made<I::Report>>,
 }
 
 /// `paths`, with every directory among them replaced by the files under it
@@ -82,20 +90,18 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
     let walk = Walk {
         inspector,
         dirs: Mutex::new(HashSet::new()),
-        reports: Mutex::new(HashMap::new()),
     };
-    let nodes: Vec<Vec<Node>> = paths
+    let nodes: Vec<Vec<Node<I::Report>>> = paths
         .par_iter()
         .map(|path| match std::fs::metadata(path) {
             Ok(m) if m.is_dir() => walk.dir(path, (m.dev(), m.ino())),
             _ => vec![Node::Named(path.clone())],
         })
         .collect();
-    let mut reports = walk.reports.into_inner().unwrap_or_else(|e| e.into_inner());
 
     // Each file once, at its first name; its report is the one made under
     // that name, or one that is not shown, or else (`None`) made now.
-    let mut seen = HashSet::new();
+    let mut at: HashMap<Key, usize> = HashMap::new();
     let mut errors = Vec::new();
     let mut order: Vec<(Input, Option<I::Report>)> = Vec::new();
     for node in nodes.into_iter().flatten() {
@@ -108,28 +114,22 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
                 },
                 None,
             )),
-            Node::Found { path, key } => {
-                if !seen.insert(key) {
-                    continue;
-                }
-                let made = reports.remove(&key).unwrap_or_default();
-                let mut fallback = None;
-                let mut exact = None;
-                for (name, report) in made {
-                    if name == path {
-                        exact = Some(report);
-                    } else if !inspector.shown(&report) {
-                        fallback = Some(report);
-                    }
-                }
-                order.push((
-                    Input {
+            Node::Found { path, key, report } => match at.entry(key) {
+                Entry::Vacant(first) => {
+                    first.insert(order.len());
+                    let input = Input {
                         path,
                         explicit: false,
-                    },
-                    exact.or(fallback),
-                ));
-            }
+                    };
+                    order.push((input, report));
+                }
+                Entry::Occupied(first) => {
+                    let made = &mut order[*first.get()].1;
+                    if made.is_none() {
+                        *made = report.filter(|r| !inspector.shown(r));
+                    }
+                }
+            },
         }
     }
     inspector.found(order.iter().filter(|(_, made)| made.is_none()).count());
@@ -143,20 +143,10 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
     Found { inputs, errors }
 }
 
-/// What an entry of a directory is, for the walk.
-enum Entry {
-    Dir(Key),
-    /// A regular file, or a link to one (`regular` false).
-    File {
-        key: Key,
-        regular: bool,
-    },
-}
-
 impl<I: Inspector> Walk<'_, I> {
     /// The nodes under `dir` (whose device and inode are `key`), in sorted
-    /// order; its regular files inspected meanwhile.
-    fn dir(&self, dir: &Path, key: Key) -> Vec<Node> {
+    /// order; its files inspected meanwhile.
+    fn dir(&self, dir: &Path, key: Key) -> Vec<Node<I::Report>> {
         if !self
             .dirs
             .lock()
@@ -168,90 +158,157 @@ impl<I: Inspector> Walk<'_, I> {
         let dev = key.0;
         // The directory's entries carry their type and inode: a regular file
         // or a directory costs no system call here.
-        let mut entries: Vec<(std::ffi::OsString, Option<std::fs::FileType>, u64)> =
-            match std::fs::read_dir(dir) {
-                Ok(list) => list
-                    .filter_map(|e| e.ok())
-                    .map(|e| (e.file_name(), e.file_type().ok(), e.ino()))
-                    .collect(),
-                Err(e) => {
-                    return vec![Node::Unreadable {
-                        path: dir.to_path_buf(),
-                        message: e.to_string(),
-                    }]
-                }
-            };
+        let mut entries: Vec<Listed> = match std::fs::read_dir(dir) {
+            Ok(list) => list
+                .filter_map(|e| e.ok())
+                .map(|e| (e.file_name(), e.file_type().ok(), e.ino()))
+                .collect(),
+            Err(e) => {
+                return vec![Node::Unreadable {
+                    path: dir.to_path_buf(),
+                    message: e.to_string(),
+                }]
+            }
+        };
         // Names in one directory: byte order is path order.
         entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        let entries: Vec<(PathBuf, Entry)> = entries
-            .into_iter()
-            .filter_map(|(name, kind, ino)| {
+        // The subdirectories are walked while the links are looked up and
+        // the files inspected.
+        let (subdirs, (files, more)) = rayon::join(
+            || {
+                entries
+                    .par_iter()
+                    .enumerate()
+                    .filter(|(_, (_, kind, _))| kind.is_some_and(|k| k.is_dir()))
+                    .map(|(i, (name, _, ino))| (i, self.dir(&dir.join(name), (dev, *ino))))
+                    .collect::<Vec<_>>()
+            },
+            || self.files(dir, dev, &entries),
+        );
+        // Directories the file system gave no type for, told by a stat.
+        let more: Vec<(usize, Vec<Node<I::Report>>)> = more
+            .into_par_iter()
+            .map(|(i, path, key)| (i, self.dir(&path, key)))
+            .collect();
+        // The three lists are each in entry order: merged by index.
+        let mut dirs = subdirs.into_iter().chain(more).collect::<Vec<_>>();
+        dirs.sort_unstable_by_key(|&(i, _)| i);
+        let mut dirs = dirs.into_iter().peekable();
+        let mut out = Vec::with_capacity(files.len());
+        for (i, node) in files {
+            while let Some((_, nodes)) = dirs.next_if(|&(d, _)| d < i) {
+                out.extend(nodes);
+            }
+            out.push(node);
+        }
+        out.extend(dirs.flat_map(|(_, nodes)| nodes));
+        out
+    }
+
+    /// The files among the `entries` of `dir` (on device `dev`), with the
+    /// index of each entry, each regular file inspected under the first name
+    /// the directory gives it; and the entries of unknown type that are
+    /// directories, to be walked.
+    #[allow(clippy::type_complexity)]
+    fn files(
+        &self,
+        dir: &Path,
+        dev: u64,
+        entries: &[Listed],
+    ) -> (Vec<(usize, Node<I::Report>)>, Vec<(usize, PathBuf, Key)>) {
+        let found: Vec<(usize, PathBuf, Kind)> = entries
+            .par_iter()
+            .enumerate()
+            .filter(|(_, (_, kind, _))| !kind.is_some_and(|k| k.is_dir()))
+            .filter_map(|(i, (name, kind, ino))| {
                 let path = dir.join(name);
-                let entry = match kind {
-                    Some(k) if k.is_dir() => Entry::Dir((dev, ino)),
-                    Some(k) if k.is_file() => Entry::File {
-                        key: (dev, ino),
-                        regular: true,
-                    },
-                    // A link is followed to what it names (a dangling one is
-                    // skipped, a link to a directory is not followed); an
-                    // entry of unknown type is looked at.
-                    Some(k) if !k.is_symlink() => return None,
-                    _ => match std::fs::metadata(&path) {
-                        Ok(m) if kind.is_none() && m.is_dir() => Entry::Dir((m.dev(), m.ino())),
-                        Ok(m) if m.is_file() => Entry::File {
-                            key: (m.dev(), m.ino()),
-                            regular: kind.is_none(),
-                        },
-                        _ => return None,
-                    },
-                };
-                Some((path, entry))
+                let kind = Kind::of(&path, *kind, (dev, *ino))?;
+                Some((i, path, kind))
+            })
+            .collect();
+        let (found, dirs): (Vec<_>, Vec<_>) = found
+            .into_iter()
+            .partition(|(_, _, kind)| matches!(kind, Kind::File { .. }));
+        let dirs = dirs
+            .into_iter()
+            .filter_map(|(i, path, kind)| match kind {
+                Kind::Dir(key) => Some((i, path, key)),
+                Kind::File { .. } => None,
             })
             .collect();
         // Each regular file is inspected under the first name this directory
-        // gives it (once, however many names it has here).
+        // gives it (once, however many names it has here); a file only links
+        // here reach is left to the end of the walk.
         let mut first: HashMap<Key, usize> = HashMap::new();
-        for (i, (_, entry)) in entries.iter().enumerate() {
-            if let Entry::File { key, .. } = entry {
-                first.entry(*key).or_insert(i);
+        let mut regular = HashSet::new();
+        for (at, (_, _, kind)) in found.iter().enumerate() {
+            if let Kind::File { key, regular: r } = *kind {
+                first.entry(key).or_insert(at);
+                if r {
+                    regular.insert(key);
+                }
             }
         }
-        let mut claimed = HashSet::new();
-        let inspect: Vec<Option<usize>> = entries
+        let inspect: Vec<bool> = found
             .iter()
-            .map(|(_, entry)| match entry {
-                Entry::File { key, regular: true } if claimed.insert(*key) => {
-                    first.get(key).copied()
-                }
-                _ => None,
+            .enumerate()
+            .map(|(at, (_, _, kind))| match kind {
+                Kind::File { key, .. } => first.get(key) == Some(&at) && regular.contains(key),
+                Kind::Dir(_) => false,
             })
             .collect();
-        self.inspector.found(inspect.iter().flatten().count());
-        entries
-            .par_iter()
-            .zip(inspect.into_par_iter())
-            .map(|((path, entry), inspect)| match *entry {
-                Entry::Dir(key) => self.dir(path, key),
-                Entry::File { key, .. } => {
-                    if let Some(at) = inspect {
-                        let name = &entries[at].0;
-                        let report = self.inspector.inspect(name);
-                        self.reports
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .entry(key)
-                            .or_default()
-                            .push((name.clone(), report));
-                    }
-                    vec![Node::Found {
-                        path: path.clone(),
-                        key,
-                    }]
+        self.inspector.found(inspect.iter().filter(|&&i| i).count());
+        let files = found
+            .into_par_iter()
+            .zip(inspect)
+            .filter_map(|((i, path, kind), inspect)| match kind {
+                Kind::File { key, .. } => {
+                    let report = inspect.then(|| self.inspector.inspect(&path));
+                    Some((i, Node::Found { path, key, report }))
                 }
+                Kind::Dir(_) => None,
             })
-            .flatten()
-            .collect()
+            .collect();
+        (files, dirs)
+    }
+}
+
+/// What an entry of a directory is, for the walk.
+enum Kind {
+    Dir(Key),
+    /// A regular file, or a link to one (`regular` false).
+    File {
+        key: Key,
+        regular: bool,
+    },
+}
+
+impl Kind {
+    /// What the entry at `path` is, given the type and device and inode its
+    /// directory lists (`key`): a stat only for a link, followed to what it
+    /// names (a dangling link, or one to a directory, is not followed), or an
+    /// entry of unknown type. Pipes, sockets and devices are `None`.
+    fn of(path: &Path, kind: Option<std::fs::FileType>, key: Key) -> Option<Kind> {
+        let (kind, key) = match kind {
+            Some(kind) => (kind, key),
+            None => {
+                let m = std::fs::symlink_metadata(path).ok()?;
+                (m.file_type(), (m.dev(), m.ino()))
+            }
+        };
+        if kind.is_file() {
+            Some(Kind::File { key, regular: true })
+        } else if kind.is_dir() {
+            Some(Kind::Dir(key))
+        } else if kind.is_symlink() {
+            let m = std::fs::metadata(path).ok()?;
+            m.is_file().then(|| Kind::File {
+                key: (m.dev(), m.ino()),
+                regular: false,
+            })
+        } else {
+            None
+        }
     }
 }
 
