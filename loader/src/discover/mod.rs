@@ -144,6 +144,16 @@ pub(crate) fn section_role(
     sh_type: u32,
 ) -> Option<(SectionRole, bool)> {
     let name = names.get(usize::try_from(name_at).ok()?..)?;
+    // Every name below starts with one of these: most sections (`.text`,
+    // `.rela.data`, `.debug_info`) are told apart by their first two bytes.
+    if sh_type != SHT_LLVM_OFFLOADING
+        && !matches!(
+            name,
+            [b'.', b'h' | b'l' | b'n' | b'o', ..] | [b'_' | b'l' | b'o' | b'c' | b'h', ..]
+        )
+    {
+        return None;
+    }
     let is = |s: &str| name.starts_with(s.as_bytes()) && name.get(s.len()) == Some(&0);
     if sh_type == SHT_LLVM_OFFLOADING || CONTAINER_SECTIONS.iter().any(|s| is(s)) {
         Some((SectionRole::Containers, false))
@@ -155,5 +165,35 @@ pub(crate) fn section_role(
         Some((SectionRole::BundleEntry, false))
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_offload_section_name_has_a_role() {
+        let bundle = format!("{OBJECT_BUNDLE_PREFIX}hip-amdgcn-amd-amdhsa--gfx90a");
+        let extra = [NV_RELFATBIN, bundle.as_str()];
+        let names = CONTAINER_SECTIONS
+            .iter()
+            .chain(REGISTRATION_SECTIONS)
+            .chain(&extra);
+        for name in names {
+            let table = format!("\0{name}\0");
+            assert!(
+                section_role(table.as_bytes(), 1, object::elf::SHT_PROGBITS).is_some(),
+                "{name}"
+            );
+        }
+        for name in [".text", ".rela.text", ".hash", ".note.gnu.build-id", "_x"] {
+            let table = format!("\0{name}\0");
+            assert_eq!(
+                section_role(table.as_bytes(), 1, object::elf::SHT_PROGBITS),
+                None
+            );
+        }
+        assert!(section_role(b"\0.x\0", 1, SHT_LLVM_OFFLOADING).is_some());
     }
 }
