@@ -102,6 +102,15 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// Whether `text` opens, after white space and comments, with `.version`
+/// (as PTX must): `None` when it ends before its first token does, so that
+/// only more of the text can tell.
+pub(crate) fn opens_with_version(text: &[u8]) -> Option<bool> {
+    let mut s = Scanner { text, pos: 0 };
+    let token = s.next();
+    (s.pos < text.len()).then_some(token == Token::Word(b".version"))
+}
+
 fn malformed(offset: usize, why: &'static str) -> Error {
     Error::new(
         offset as u64,
@@ -212,6 +221,29 @@ impl Header {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_token_tells_whether_more_text_is_needed() {
+        assert_eq!(opens_with_version(b"// x\n.version 7.0"), Some(true));
+        assert_eq!(
+            opens_with_version(b"/* licence */\n#include <x>"),
+            Some(false)
+        );
+        assert_eq!(opens_with_version(b"//\0\0\n.version 9.0\n"), Some(true));
+        assert_eq!(opens_with_version(b"\0.version"), Some(false));
+        // The text ends inside a comment, or inside (or just after) the
+        // first token, or at a slash that may open a comment.
+        for cut in [
+            &b"/* licence"[..],
+            b"// x",
+            b"  .vers",
+            b".version",
+            b"/",
+            b"",
+        ] {
+            assert_eq!(opens_with_version(cut), None, "{cut:?}");
+        }
+    }
 
     #[test]
     fn reads_clang_22_ptx() {
