@@ -4,6 +4,7 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use object::elf::FileHeader64;
 use object::read::archive::ArchiveFile;
@@ -180,16 +181,35 @@ fn open_regular(path: &Path) -> Result<(std::fs::File, u64), FileError> {
 }
 
 /// `path` opened for reading without blocking (a named pipe would wait for a
-/// writer).
+/// writer), and without updating its access time where this process may ask
+/// that (`O_NOATIME`: the file's owner, or root), as `tar` and `rsync` do: a
+/// scan leaves the files it reads as they were, and the kernel skips the
+/// access-time check on each read.
 fn open_nonblocking(path: &Path) -> Result<std::fs::File, FileError> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| FileError {
-            path: path.to_path_buf(),
-            kind: FileErrorKind::Io(e),
-        })
+    /// Cleared at the first file this process may not open so (`EPERM`):
+    /// from then on every open is a plain one, not two.
+    static NOATIME: AtomicBool = AtomicBool::new(true);
+    let open = |flags| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | flags)
+            .open(path)
+    };
+    let opened = if NOATIME.load(Ordering::Relaxed) {
+        match open(libc::O_NOATIME) {
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                NOATIME.store(false, Ordering::Relaxed);
+                open(0)
+            }
+            opened => opened,
+        }
+    } else {
+        open(0)
+    };
+    opened.map_err(|e| FileError {
+        path: path.to_path_buf(),
+        kind: FileErrorKind::Io(e),
+    })
 }
 
 /// The length of `file` (opened from `path`), or the error that it is not a
