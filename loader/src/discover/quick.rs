@@ -4,6 +4,7 @@
 //! code. "May": whatever these reads cannot tell (an unusual layout, a header
 //! they cannot read) is left to the full parse, which says what is wrong.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
@@ -59,19 +60,31 @@ struct Reads<'f> {
     /// Where the bytes held start in the file, and how many are held.
     at: u64,
     len: usize,
-    /// Never shrunk, so that it is zeroed once.
+    /// Never shrunk while the file is read.
     buf: Vec<u8>,
 }
+
+thread_local! {
+    /// Each thread's read buffer, kept from one file to the next so that a
+    /// scan allocates it once per thread (up to [`KEEP`] bytes).
+    static BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// The largest buffer a thread keeps for its next file.
+const KEEP: usize = 64 << 10;
 
 impl<'f> Reads<'f> {
     /// Reads of `file` whose first `head` bytes are already read.
     fn new(file: &'f File, head: &[u8], min: usize) -> Reads<'f> {
+        let mut buf = BUFFER.take();
+        buf.clear();
+        buf.extend_from_slice(head);
         Reads {
             file,
             min,
             at: 0,
             len: head.len(),
-            buf: head.to_vec(),
+            buf,
         }
     }
 
@@ -111,6 +124,14 @@ impl<'f> Reads<'f> {
         self.len = got;
         self.at = at;
         Some(())
+    }
+}
+
+impl Drop for Reads<'_> {
+    fn drop(&mut self) {
+        if self.buf.capacity() <= KEEP {
+            BUFFER.set(std::mem::take(&mut self.buf));
+        }
     }
 }
 
