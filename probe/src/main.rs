@@ -7,6 +7,7 @@ mod inputs;
 mod report;
 mod walk;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -158,13 +159,17 @@ fn main() -> ExitCode {
         objects,
         coverage,
     };
-    let text = if args.json {
-        serde_json::to_string_pretty(&report).map(|j| j + "\n")
+    // Written as it is rendered. A closed pipe (`| head`) is not an error
+    // worth a panic.
+    let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());
+    let _ = if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n"))
     } else {
-        Ok(human::render(&report, args.verbose))
-    };
-    // A closed pipe (`| head`) is not an error worth a panic.
-    let _ = text.map(|t| std::io::Write::write_all(&mut std::io::stdout().lock(), t.as_bytes()));
+        out.write_all(human::render(&report, args.verbose).as_bytes())
+    }
+    .and_then(|()| out.flush());
     for e in &extract_errors {
         eprintln!("offload-probe: {e}");
     }
