@@ -64,6 +64,12 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // The main thread is one of the pool's workers, not a thread that waits
+    // for them: one thread fewer to start, and none left for the scheduler to
+    // place on the CPU this one runs on.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .use_current_thread()
+        .build_global();
     let (devices, backends, device_error) = match devices::find(&args.devices) {
         Ok((d, b)) => (d, b, None),
         Err(e) => (vec![], vec![], Some(e)),
