@@ -42,15 +42,17 @@ pub trait Inspector: Sync {
     type Report: Send;
     /// Inspects the file at `path` (a regular file, or a link to one).
     fn inspect(&self, path: &Path) -> Self::Report;
-    /// Whether the report of a file found in a directory is shown: a report
-    /// that is not shown is kept whatever name it was made under.
+    /// Whether the report of a file found in a directory is shown. A file
+    /// whose report is not shown is left out of the walk's output, whatever
+    /// name the report was made under: it is dropped as soon as it is made.
     fn shown(&self, report: &Self::Report) -> bool;
     /// `files` more files were found (for a progress bar).
     fn found(&self, _files: usize) {}
 }
 
-/// What the walk found: every file in order with its report, and the
-/// directories it could not read.
+/// What the walk found: in order, every file named and every file found
+/// whose report is shown (or was made after the walk), each with its
+/// report; and the directories it could not read.
 #[derive(Debug)]
 pub struct Found<R> {
     pub inputs: Vec<(Input, R)>,
@@ -62,17 +64,24 @@ type Key = (u64, u64);
 
 /// What the walk found, in sorted order.
 enum Node<R> {
-    /// A file found in a directory, by one of its names, with its report if
-    /// it was inspected under that name.
+    /// A file found in a directory, by one of its names, with what its
+    /// inspection under that name gave, if it was inspected under it.
     Found {
         path: PathBuf,
         key: Key,
-        report: Option<R>,
+        made: Option<Made<R>>,
     },
     /// A file named on the command line.
     Named(PathBuf),
     /// A directory that could not be read.
     Unreadable { path: PathBuf, message: String },
+}
+
+/// What the inspection of a file found in a directory gave.
+enum Made<R> {
+    Shown(R),
+    /// A report not shown, dropped.
+    Hidden,
 }
 
 /// A directory's entry as it lists it: name, type (where the file system
@@ -101,9 +110,10 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
 
     // Each file once, at its first name; its report is the one made under
     // that name, or one that is not shown, or else (`None`) made now.
-    let mut at: HashMap<Key, usize> = HashMap::new();
+    let count = nodes.iter().map(Vec::len).sum();
+    let mut at: HashMap<Key, usize> = HashMap::with_capacity(count);
     let mut errors = Vec::new();
-    let mut order: Vec<(Input, Option<I::Report>)> = Vec::new();
+    let mut order: Vec<(Input, Option<Made<I::Report>>)> = Vec::with_capacity(count);
     for node in nodes.into_iter().flatten() {
         match node {
             Node::Unreadable { path, message } => errors.push((path, message)),
@@ -114,19 +124,19 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
                 },
                 None,
             )),
-            Node::Found { path, key, report } => match at.entry(key) {
+            Node::Found { path, key, made } => match at.entry(key) {
                 Entry::Vacant(first) => {
                     first.insert(order.len());
                     let input = Input {
                         path,
                         explicit: false,
                     };
-                    order.push((input, report));
+                    order.push((input, made));
                 }
                 Entry::Occupied(first) => {
-                    let made = &mut order[*first.get()].1;
-                    if made.is_none() {
-                        *made = report.filter(|r| !inspector.shown(r));
+                    let first = &mut order[*first.get()].1;
+                    if first.is_none() && matches!(made, Some(Made::Hidden)) {
+                        *first = made;
                     }
                 }
             },
@@ -135,9 +145,13 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
     inspector.found(order.iter().filter(|(_, made)| made.is_none()).count());
     let inputs = order
         .into_par_iter()
-        .map(|(input, made)| {
-            let report = made.unwrap_or_else(|| inspector.inspect(&input.path));
-            (input, report)
+        .filter_map(|(input, made)| match made {
+            Some(Made::Shown(report)) => Some((input, report)),
+            Some(Made::Hidden) => None,
+            None => {
+                let report = inspector.inspect(&input.path);
+                Some((input, report))
+            }
         })
         .collect();
     Found { inputs, errors }
@@ -263,8 +277,15 @@ impl<I: Inspector> Walk<'_, I> {
             .zip(inspect)
             .filter_map(|((i, path, kind), inspect)| match kind {
                 Kind::File { key, .. } => {
-                    let report = inspect.then(|| self.inspector.inspect(&path));
-                    Some((i, Node::Found { path, key, report }))
+                    let made = inspect.then(|| {
+                        let report = self.inspector.inspect(&path);
+                        if self.inspector.shown(&report) {
+                            Made::Shown(report)
+                        } else {
+                            Made::Hidden
+                        }
+                    });
+                    Some((i, Node::Found { path, key, made }))
                 }
                 Kind::Dir(_) => None,
             })
@@ -318,8 +339,9 @@ pub struct Listing;
 impl Inspector for Listing {
     type Report = ();
     fn inspect(&self, _: &Path) {}
+    /// Every file is listed.
     fn shown(&self, _: &()) -> bool {
-        false
+        true
     }
 }
 
@@ -327,8 +349,8 @@ impl Inspector for Listing {
 mod tests {
     use super::*;
 
-    /// Records what it inspected; every report is shown.
-    struct Record(Mutex<Vec<PathBuf>>);
+    /// Records what it inspected; every report is shown, or none.
+    struct Record(Mutex<Vec<PathBuf>>, bool);
 
     impl Inspector for Record {
         type Report = PathBuf;
@@ -337,8 +359,26 @@ mod tests {
             path.to_path_buf()
         }
         fn shown(&self, _: &PathBuf) -> bool {
-            true
+            self.1
         }
+    }
+
+    /// The names `inspector` reported and those it inspected (sorted), under `root`.
+    fn walk(root: &Path, inspector: Record) -> (Vec<String>, Vec<String>) {
+        let found = scan(&[root.to_path_buf()], &inspector);
+        assert!(found.errors.is_empty());
+        let relative = |p: &Path| p.strip_prefix(root).unwrap().display().to_string();
+        let names = found
+            .inputs
+            .iter()
+            .map(|(i, r)| {
+                assert_eq!(&i.path, r, "reported under the name it was inspected under");
+                relative(&i.path)
+            })
+            .collect();
+        let mut inspected = inspector.0.into_inner().unwrap();
+        inspected.sort();
+        (names, inspected.iter().map(|p| relative(p)).collect())
     }
 
     #[test]
@@ -359,27 +399,16 @@ mod tests {
         let fifo = std::ffi::CString::new(root.join("a/pipe").to_str().unwrap()).unwrap();
         // SAFETY: mkfifo with a NUL-terminated path and a mode.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-        let record = Record(Mutex::new(Vec::new()));
-        let found = scan(std::slice::from_ref(&root), &record);
-        let names: Vec<String> = found
-            .inputs
-            .iter()
-            .map(|(i, r)| {
-                assert_eq!(&i.path, r, "reported under the name it was inspected under");
-                i.path.strip_prefix(&root).unwrap().display().to_string()
-            })
-            .collect();
+        let (names, inspected) = walk(&root, Record(Mutex::new(Vec::new()), true));
         assert_eq!(names, ["a/0-first", "c/other"]);
-        assert!(found.errors.is_empty());
         // lib.so.1 was inspected during the walk (as a/b/lib.so and c/hard),
         // then again under its first name; nothing else twice.
-        let mut inspected = record.0.into_inner().unwrap();
-        inspected.sort();
-        let inspected: Vec<String> = inspected
-            .iter()
-            .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
-            .collect();
         assert_eq!(inspected, ["a/0-first", "a/b/lib.so", "c/hard", "c/other"]);
+        // Reports not shown are left out, and one made under any name will
+        // do: nothing is inspected again.
+        let (names, inspected) = walk(&root, Record(Mutex::new(Vec::new()), false));
+        assert!(names.is_empty(), "{names:?}");
+        assert_eq!(inspected, ["a/b/lib.so", "c/hard", "c/other"]);
         std::fs::remove_dir_all(&root).unwrap();
     }
 }
