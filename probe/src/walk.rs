@@ -161,22 +161,12 @@ impl<I: Inspector> Walk<'_, I> {
     /// The nodes under `dir` (whose device and inode are `key`), in sorted
     /// order; its files inspected meanwhile.
     fn dir(&self, dir: &Path, key: Key) -> Vec<Node<I::Report>> {
-        if !self
-            .dirs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key)
-        {
+        if !lock(&self.dirs).insert(key) {
             return Vec::new();
         }
         let dev = key.0;
-        // The directory's entries carry their type and inode: a regular file
-        // or a directory costs no system call here.
-        let mut entries: Vec<Listed> = match std::fs::read_dir(dir) {
-            Ok(list) => list
-                .filter_map(|e| e.ok())
-                .map(|e| (e.file_name(), e.file_type().ok(), e.ino()))
-                .collect(),
+        let list = match std::fs::read_dir(dir) {
+            Ok(list) => list,
             Err(e) => {
                 return vec![Node::Unreadable {
                     path: dir.to_path_buf(),
@@ -184,27 +174,45 @@ impl<I: Inspector> Walk<'_, I> {
                 }]
             }
         };
-        // Names in one directory: byte order is path order.
-        entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        // The subdirectories are walked while the links are looked up and
-        // the files inspected.
-        let (subdirs, (files, more)) = rayon::join(
-            || {
-                entries
-                    .par_iter()
-                    .enumerate()
-                    .filter(|(_, (_, kind, _))| kind.is_some_and(|k| k.is_dir()))
-                    .map(|(i, (name, _, ino))| (i, self.dir(&dir.join(name), (dev, *ino))))
-                    .collect::<Vec<_>>()
-            },
-            || self.files(dir, dev, &entries),
-        );
+        // Each subdirectory is walked as soon as the listing names it (by
+        // another thread, where one is free) while the rest is listed, the
+        // links looked up and the files inspected. The entries carry their
+        // type and inode: a regular file or a directory costs no system call
+        // here.
+        let subdirs = Mutex::new(Vec::new());
+        let (entries, (files, more)) = rayon::scope(|scope| {
+            let mut entries: Vec<Listed> = Vec::new();
+            for e in list.filter_map(|e| e.ok()) {
+                let (name, kind, ino) = (e.file_name(), e.file_type().ok(), e.ino());
+                if kind.is_some_and(|k| k.is_dir()) {
+                    let (subdirs, name) = (&subdirs, name.clone());
+                    scope.spawn(move |_| {
+                        let nodes = self.dir(&dir.join(&name), (dev, ino));
+                        lock(subdirs).push((name, nodes));
+                    });
+                }
+                entries.push((name, kind, ino));
+            }
+            // Names in one directory: byte order is path order.
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            let files = self.files(dir, dev, &entries);
+            (entries, files)
+        });
+        let index = |name: &std::ffi::OsStr| {
+            entries
+                .binary_search_by(|e| e.0.as_bytes().cmp(name.as_bytes()))
+                .unwrap_or(entries.len())
+        };
+        let subdirs: Vec<(usize, Vec<Node<I::Report>>)> = lock(&subdirs)
+            .drain(..)
+            .map(|(name, nodes)| (index(&name), nodes))
+            .collect();
         // Directories the file system gave no type for, told by a stat.
         let more: Vec<(usize, Vec<Node<I::Report>>)> = more
             .into_par_iter()
             .map(|(i, path, key)| (i, self.dir(&path, key)))
             .collect();
-        // The three lists are each in entry order: merged by index.
+        // Subdirectories and files, merged in entry order.
         let mut dirs = subdirs.into_iter().chain(more).collect::<Vec<_>>();
         dirs.sort_unstable_by_key(|&(i, _)| i);
         let mut dirs = dirs.into_iter().peekable();
@@ -331,6 +339,11 @@ impl Kind {
             None
         }
     }
+}
+
+/// The value behind `mutex`, whether or not a thread panicked holding it.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Lists: inspects nothing (for `--deps`, which needs every name first).
