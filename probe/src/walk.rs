@@ -260,22 +260,19 @@ impl<I: Inspector> Walk<'_, I> {
             .collect();
         // Each regular file is inspected under the first name this directory
         // gives it (once, however many names it has here); a file only links
-        // here reach is left to the end of the walk.
-        let mut first: HashMap<Key, usize> = HashMap::new();
-        let mut regular = HashSet::new();
+        // here reach is left to the end of the walk. Per file: the first of
+        // its names here, and whether one of them is a regular entry.
+        let mut names: HashMap<Key, (usize, bool)> = HashMap::with_capacity(found.len());
         for (at, (_, _, kind)) in found.iter().enumerate() {
-            if let Kind::File { key, regular: r } = *kind {
-                first.entry(key).or_insert(at);
-                if r {
-                    regular.insert(key);
-                }
+            if let Kind::File { key, regular } = *kind {
+                names.entry(key).or_insert((at, false)).1 |= regular;
             }
         }
         let inspect: Vec<bool> = found
             .iter()
             .enumerate()
             .map(|(at, (_, _, kind))| match kind {
-                Kind::File { key, .. } => first.get(key) == Some(&at) && regular.contains(key),
+                Kind::File { key, .. } => names.get(key) == Some(&(at, true)),
                 Kind::Dir(_) => false,
             })
             .collect();
