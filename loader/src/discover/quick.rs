@@ -72,7 +72,8 @@ struct Reads<'f> {
     /// Where the bytes held start in the file, and how many are held.
     at: u64,
     len: usize,
-    /// Never shrunk while the file is read.
+    /// Holds the `len` bytes read at its start. Never shrunk, and zeroed
+    /// only where it grows: it is kept from file to file (see [`BUFFER`]).
     buf: Vec<u8>,
 }
 
@@ -89,8 +90,10 @@ impl<'f> Reads<'f> {
     /// Reads of `file` whose first `head` bytes are already read.
     fn new(file: &'f File, head: &[u8], min: usize) -> Reads<'f> {
         let mut buf = BUFFER.take();
-        buf.clear();
-        buf.extend_from_slice(head);
+        if buf.len() < head.len() {
+            buf.resize(head.len(), 0);
+        }
+        buf[..head.len()].copy_from_slice(head);
         Reads {
             file,
             min,
