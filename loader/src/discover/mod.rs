@@ -144,12 +144,21 @@ pub(crate) fn section_role(
     sh_type: u32,
 ) -> Option<(SectionRole, bool)> {
     let name = names.get(usize::try_from(name_at).ok()?..)?;
-    // Every name below starts with one of these: most sections (`.text`,
-    // `.rela.data`, `.debug_info`) are told apart by their first two bytes.
+    // Every name below starts with one of these: other sections (`.text`,
+    // `.rela.data`, `.note.gnu.build-id`, `.hash`) are told apart by their
+    // first two or three bytes.
     if sh_type != SHT_LLVM_OFFLOADING
         && !matches!(
             name,
-            [b'.', b'h' | b'l' | b'n' | b'o', ..] | [b'_' | b'l' | b'o' | b'c' | b'h', ..]
+            [b'.', b'h', b'i', ..]
+                | [b'.', b'l', b'l', ..]
+                | [b'.', b'n', b'v', ..]
+                | [b'.', b'o', b'f' | b'm', ..]
+                | [b'_', b'_', ..]
+                | [b'c', b'u', ..]
+                | [b'h', b'i', ..]
+                | [b'l', b'l', ..]
+                | [b'o', b'm', ..]
         )
     {
         return None;
