@@ -4,6 +4,7 @@
 mod devices;
 mod human;
 mod inputs;
+mod json;
 mod report;
 mod walk;
 
@@ -169,9 +170,7 @@ fn main() -> ExitCode {
     // worth a panic.
     let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());
     let _ = if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)
-            .map_err(std::io::Error::from)
-            .and_then(|()| out.write_all(b"\n"))
+        json::write_pretty(&mut out, &report)
     } else {
         out.write_all(human::render(&report, args.verbose).as_bytes())
     }
