@@ -107,7 +107,14 @@ pub enum FileErrorKind {
 
 impl fmt::Display for FileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = self.path.display();
+        // The path as `Path::display` writes it, without its work per
+        // character where the path is UTF-8: a directory scan formats this
+        // for each file that is not ELF.
+        let (display, text) = (self.path.display(), self.path.to_str());
+        let path: &dyn fmt::Display = match &text {
+            Some(text) => text,
+            None => &display,
+        };
         match &self.kind {
             FileErrorKind::Io(e) => write!(f, "{path}: {e}"),
             FileErrorKind::Object { offset, message } => {
@@ -180,6 +187,23 @@ pub(crate) fn section_role(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_errors_name_the_path_as_display_does() {
+        use std::os::unix::ffi::OsStrExt;
+        for bytes in [&b"/lib/libx.so"[..], b"/lib/\xffx.so"] {
+            let path = std::path::Path::new(std::ffi::OsStr::from_bytes(bytes));
+            let error = FileError {
+                path: path.to_path_buf(),
+                kind: FileErrorKind::Unrecognised,
+            };
+            let expected = format!(
+                "{}: not an ELF file, an archive or an offload container",
+                path.display()
+            );
+            assert_eq!(error.to_string(), expected);
+        }
+    }
 
     #[test]
     fn every_offload_section_name_has_a_role() {
