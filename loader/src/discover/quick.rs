@@ -482,4 +482,35 @@ mod tests {
         assert!(archive_may_hold_offload_code(&file, &broken));
         std::fs::remove_file(path).unwrap();
     }
+
+    #[test]
+    fn dense_archives_are_read_in_windows_and_miss_nothing() {
+        // Thirty members of 3,000 bytes (dense from the eighth on: read 32 KiB
+        // at a time), then a bundle, two windows on.
+        let filler = vec![b'x'; 3000];
+        let mut members: Vec<(String, &[u8])> = (0..30)
+            .map(|i| (format!("m{i}.txt"), &filler[..]))
+            .collect();
+        let plain = archive(
+            &members
+                .iter()
+                .map(|(n, b)| (n.as_str(), *b))
+                .collect::<Vec<_>>(),
+        );
+        let (path, file) = temp("dense.a", &plain);
+        assert!(!archive_may_hold_offload_code(&file, &plain[..HEAD]));
+        std::fs::remove_file(path).unwrap();
+        let bundle = b"__CLANG_OFFLOAD_BUNDLE__\x01\0\0\0\0\0\0\0";
+        members.push(("k.bc".into(), bundle));
+        let with = archive(
+            &members
+                .iter()
+                .map(|(n, b)| (n.as_str(), *b))
+                .collect::<Vec<_>>(),
+        );
+        assert!(with.len() > 2 * DENSE_WINDOW);
+        let (path, file) = temp("dense-bundle.a", &with);
+        assert!(archive_may_hold_offload_code(&file, &with[..HEAD]));
+        std::fs::remove_file(path).unwrap();
+    }
 }
