@@ -32,6 +32,22 @@ const BREAK: &[u8; 2 + INDENT] =
     b",\n                                                                ";
 
 impl Pretty {
+    /// An array or object opens a level.
+    fn open<W: ?Sized + Write>(&mut self, writer: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.depth += 1;
+        self.has_value = false;
+        writer.write_all(bracket)
+    }
+
+    /// And closes it: on a line of its own, unless it was empty.
+    fn close<W: ?Sized + Write>(&mut self, writer: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.depth -= 1;
+        if self.has_value {
+            self.new_line(writer, true)?;
+        }
+        writer.write_all(bracket)
+    }
+
     /// A line break (after a comma unless `first`) and the current
     /// indentation, in one write but for levels deeper than [`INDENT`] allows.
     fn new_line<W: ?Sized + Write>(&self, writer: &mut W, first: bool) -> io::Result<()> {
@@ -50,17 +66,11 @@ impl Pretty {
 
 impl Formatter for Pretty {
     fn begin_array<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.depth += 1;
-        self.has_value = false;
-        writer.write_all(b"[")
+        self.open(writer, b"[")
     }
 
     fn end_array<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.depth -= 1;
-        if self.has_value {
-            self.new_line(writer, true)?;
-        }
-        writer.write_all(b"]")
+        self.close(writer, b"]")
     }
 
     fn begin_array_value<W: ?Sized + Write>(
@@ -77,17 +87,11 @@ impl Formatter for Pretty {
     }
 
     fn begin_object<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.depth += 1;
-        self.has_value = false;
-        writer.write_all(b"{")
+        self.open(writer, b"{")
     }
 
     fn end_object<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.depth -= 1;
-        if self.has_value {
-            self.new_line(writer, true)?;
-        }
-        writer.write_all(b"}")
+        self.close(writer, b"}")
     }
 
     fn begin_object_key<W: ?Sized + Write>(
