@@ -197,7 +197,9 @@ fn ptx_past_head(reads: &mut Reads<'_>, at: u64, end: u64, head: usize) -> bool 
             Some(opens) => return opens,
             // Comments to the end of the file, or of what the reader reads.
             None if text.len() < want || want == len => return false,
-            None => want = want.saturating_mul(8).min(len),
+            // Grows every time (from nothing, too: a member whose data
+            // lies past the end of the file has no head).
+            None => want = want.saturating_mul(8).max(HEAD).min(len),
         }
     }
 }
@@ -511,6 +513,24 @@ mod tests {
         assert!(with.len() > 2 * DENSE_WINDOW);
         let (path, file) = temp("dense-bundle.a", &with);
         assert!(archive_may_hold_offload_code(&file, &with[..HEAD]));
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_member_past_the_end_is_left_to_the_full_parse() {
+        // The fuzzer's find (fuzz/regressions/quick_look/member-past-the-end):
+        // an 8-byte member whose data lies past the end of the file. Its
+        // head is empty; the PTX test must still end.
+        let mut bytes = b"!<arch>\n".to_vec();
+        bytes.extend(
+            format!(
+                "{:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n",
+                "a/", 0, 0, 0, 644, 8
+            )
+            .bytes(),
+        );
+        let (path, file) = temp("past-the-end.a", &bytes);
+        assert!(archive_may_hold_offload_code(&file, &bytes));
         std::fs::remove_file(path).unwrap();
     }
 }
