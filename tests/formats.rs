@@ -1050,3 +1050,15 @@ fn quick_look_never_misses_what_the_full_parse_finds() {
         "{archives_ruled_out} archives ruled out"
     );
 }
+
+/// A section's declared size bounds nothing: the fuzzer's object whose
+/// `.data` claims 2^52 bytes (fuzz/regressions/discover_file) made the
+/// search for a clang-14 binary descriptor step through 2^49 addresses.
+/// Only the bytes the file holds are searched.
+#[test]
+fn a_data_section_larger_than_the_file_is_searched_only_as_far_as_the_file() {
+    let path = workspace().join("fuzz/regressions/discover_file/data-section-of-2-52-bytes");
+    let file = MappedFile::open(&path).unwrap();
+    // Listing it ends (with or without containers); before, it did not.
+    let _ = file.containers(&Limits::default());
+}

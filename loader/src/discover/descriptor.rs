@@ -72,7 +72,7 @@ impl<'a> Loaded<'a> {
     fn file_offset(&self, addr: u64, len: u64) -> Option<u64> {
         self.segments.iter().find_map(|&(vaddr, offset, size)| {
             let rel = addr.checked_sub(vaddr)?;
-            (rel.checked_add(len)? <= size).then_some(offset + rel)
+            (rel.checked_add(len)? <= size).then(|| offset.checked_add(rel))?
         })
     }
 
@@ -85,7 +85,7 @@ impl<'a> Loaded<'a> {
             .get(at..at.checked_add(usize::try_from(len).ok()?)?)?
             .to_vec();
         for word in (0..len).step_by(8) {
-            if let Some(value) = self.relative.get(&(addr + word)) {
+            if let Some(value) = self.relative.get(&addr.wrapping_add(word)) {
                 let w = word as usize;
                 if let Some(slot) = bytes.get_mut(w..w + 8) {
                     slot.copy_from_slice(&value.to_le_bytes());
@@ -114,7 +114,10 @@ pub(crate) fn find<'a>(data: &'a [u8], limits: &Limits) -> Option<Result<Contain
     let entries = elf
         .sections()
         .find(|s| s.name().is_ok_and(|n| ENTRY_SECTIONS.contains(&n)))?;
-    let (begin, end) = (entries.address(), entries.address() + entries.size());
+    let (begin, end) = (
+        entries.address(),
+        entries.address().wrapping_add(entries.size()),
+    );
     let loaded = Loaded::new(&elf, data);
     let names: Vec<String> = elf
         .section_by_name(".offload_arch_list")
@@ -129,14 +132,21 @@ pub(crate) fn find<'a>(data: &'a [u8], limits: &Limits) -> Option<Result<Contain
     // end}. Each `__tgt_device_image` {ptr start, ptr end, ptr entries begin,
     // ptr entries end} ends the same way: the descriptor is the candidate
     // whose image array's first record points at the same entries.
+    let at_offset = |a: u64, offset| a.checked_add(offset).and_then(|a| loaded.word(a));
     let points_at_entries =
-        |a: u64| loaded.word(a + 16) == Some(begin) && loaded.word(a + 24) == Some(end);
+        |a: u64| at_offset(a, 16) == Some(begin) && at_offset(a, 24) == Some(end);
     let at = elf
         .sections()
         .filter(|s| s.name().is_ok_and(|n| DATA_SECTIONS.contains(&n)))
         .flat_map(|s| {
-            let start = s.address().next_multiple_of(8);
-            (start..(s.address() + s.size()).saturating_sub(31)).step_by(8)
+            // Only the part of the section the file holds: its declared
+            // size is the file's word, and 2^52 bytes made this a search of
+            // 2^49 addresses (a fuzzer's find).
+            let in_file = s.file_range().map_or(0, |(offset, size)| {
+                size.min((data.len() as u64).saturating_sub(offset))
+            });
+            let start = s.address().checked_next_multiple_of(8).unwrap_or(u64::MAX);
+            (start..s.address().saturating_add(in_file).saturating_sub(31)).step_by(8)
         })
         .find(|&a| {
             points_at_entries(a)
@@ -144,7 +154,7 @@ pub(crate) fn find<'a>(data: &'a [u8], limits: &Limits) -> Option<Result<Contain
                     let count = count as u32;
                     count == 0
                         || (u64::from(count) <= limits.max_entries
-                            && loaded.word(a + 8).is_some_and(points_at_entries))
+                            && at_offset(a, 8).is_some_and(points_at_entries))
                 })
         })?;
     Some(images(&loaded, at, &names, limits))
