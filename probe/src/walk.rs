@@ -11,13 +11,14 @@
 //!
 //! Directories are read in parallel and each file is inspected as soon as its
 //! directory is read, on the same thread pool (`rayon`), so the walk and the
-//! inspection overlap: a directory's subdirectories are walked while its links
-//! are looked up, and each report travels with the name it was made under, in
-//! the walk's own output (no table shared between threads). A regular file is inspected under the first name its
-//! own directory gives it (its `.so` links usually sit beside it); the rare
-//! file whose first name lies in another directory, or that only a link
-//! reaches, is inspected under that name once the walk is over, and only if
-//! its report would be shown at all.
+//! inspection overlap: a subdirectory is walked as soon as its directory's
+//! listing names it, while the rest is listed, the links looked up and the
+//! files inspected. Each report travels with the name it was made under, in
+//! the walk's own output (no table shared between threads). A regular file is
+//! inspected under the first name its own directory gives it (its `.so` links
+//! usually sit beside it); the rare file whose first name lies in another
+//! directory, or that only a link reaches, is inspected under that name once
+//! the walk is over, and only if its report would be shown at all.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -238,7 +239,7 @@ impl<I: Inspector> Walk<'_, I> {
         dev: u64,
         entries: &[Listed],
     ) -> (Vec<(usize, Node<I::Report>)>, Vec<(usize, PathBuf, Key)>) {
-        let found: Vec<(usize, PathBuf, Kind)> = entries
+        let classified: Vec<(usize, PathBuf, Kind)> = entries
             .par_iter()
             .enumerate()
             .filter(|(_, (_, kind, _))| !kind.is_some_and(|k| k.is_dir()))
@@ -248,51 +249,43 @@ impl<I: Inspector> Walk<'_, I> {
                 Some((i, path, kind))
             })
             .collect();
-        let (found, dirs): (Vec<_>, Vec<_>) = found
-            .into_iter()
-            .partition(|(_, _, kind)| matches!(kind, Kind::File { .. }));
-        let dirs = dirs
-            .into_iter()
-            .filter_map(|(i, path, kind)| match kind {
-                Kind::Dir(key) => Some((i, path, key)),
-                Kind::File { .. } => None,
-            })
-            .collect();
+        // Files (entry index, path, key, whether a regular entry) and the
+        // directories of unknown type.
+        let mut found = Vec::with_capacity(classified.len());
+        let mut dirs = Vec::new();
+        for (i, path, kind) in classified {
+            match kind {
+                Kind::File { key, regular } => found.push((i, path, key, regular)),
+                Kind::Dir(key) => dirs.push((i, path, key)),
+            }
+        }
         // Each regular file is inspected under the first name this directory
         // gives it (once, however many names it has here); a file only links
         // here reach is left to the end of the walk. Per file: the first of
         // its names here, and whether one of them is a regular entry.
         let mut names: HashMap<Key, (usize, bool)> = HashMap::with_capacity(found.len());
-        for (at, (_, _, kind)) in found.iter().enumerate() {
-            if let Kind::File { key, regular } = *kind {
-                names.entry(key).or_insert((at, false)).1 |= regular;
-            }
+        for (at, &(_, _, key, regular)) in found.iter().enumerate() {
+            names.entry(key).or_insert((at, false)).1 |= regular;
         }
         let inspect: Vec<bool> = found
             .iter()
             .enumerate()
-            .map(|(at, (_, _, kind))| match kind {
-                Kind::File { key, .. } => names.get(key) == Some(&(at, true)),
-                Kind::Dir(_) => false,
-            })
+            .map(|(at, (_, _, key, _))| names.get(key) == Some(&(at, true)))
             .collect();
         self.inspector.found(inspect.iter().filter(|&&i| i).count());
         let files = found
             .into_par_iter()
             .zip(inspect)
-            .filter_map(|((i, path, kind), inspect)| match kind {
-                Kind::File { key, .. } => {
-                    let made = inspect.then(|| {
-                        let report = self.inspector.inspect(&path);
-                        if self.inspector.shown(&report) {
-                            Made::Shown(report)
-                        } else {
-                            Made::Hidden
-                        }
-                    });
-                    Some((i, Node::Found { path, key, made }))
-                }
-                Kind::Dir(_) => None,
+            .map(|((i, path, key, _), inspect)| {
+                let made = inspect.then(|| {
+                    let report = self.inspector.inspect(&path);
+                    if self.inspector.shown(&report) {
+                        Made::Shown(report)
+                    } else {
+                        Made::Hidden
+                    }
+                });
+                (i, Node::Found { path, key, made })
             })
             .collect();
         (files, dirs)
