@@ -489,8 +489,6 @@ fn archive_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKind> {
             }
         } else if let Some(section) = whole(bytes, offset, Some(&name())) {
             out.push(section);
-        } else if let Ok(FileKind::Elf64) = FileKind::parse(bytes) {
-            out.extend(elf_sections(bytes, offset, Some(&name()))?);
         }
     }
     Ok(out)
