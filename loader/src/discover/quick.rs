@@ -207,7 +207,7 @@ fn ptx_past_head(reads: &mut Reads<'_>, at: u64, end: u64, head: usize) -> bool 
 /// Whether the 64-bit ELF file `file` (whose first bytes are `head`) has a
 /// section the full parse would report, from one more positioned read (the
 /// section table and the names before it) or, for an unusual layout, two.
-pub(super) fn elf_may_hold_offload_code(file: &File, head: &[u8]) -> bool {
+fn elf_may_hold_offload_code(file: &File, head: &[u8]) -> bool {
     elf_may_hold(
         &mut Reads::new(file, head, 0),
         0,
@@ -302,7 +302,7 @@ fn any_offload_section(names: &[u8], mut sections: impl Iterator<Item = (u32, u3
 /// one read: its section table and names, with the next member's header
 /// and ELF header (see [`NEXT_MEMBER_HEAD`]); its code is not read, but in
 /// an archive of small members (see [`DENSE_MEMBER`]).
-pub(super) fn archive_may_hold_offload_code(file: &File, head: &[u8]) -> bool {
+fn archive_may_hold_offload_code(file: &File, head: &[u8]) -> bool {
     // GNU and System V archives only; thin and AIX archives are left to
     // the full parse.
     if !head.starts_with(b"!<arch>\n") {
@@ -371,7 +371,8 @@ fn member_may_hold(reads: &mut Reads<'_>, name: &[u8; 16], mut data: u64, mut si
         (data, size) = (data + len, rest);
     }
     // An ELF member is told by its first 64 bytes (read with the previous
-    // member's tail); other members by up to 4 KiB, as a file is.
+    // member's tail); other members by their first [`HEAD`] bytes, as a file
+    // is.
     let Some(first) = reads.upto(data, size.min(64) as usize) else {
         return true;
     };
