@@ -374,18 +374,18 @@ fn a_pypi_rocm_installation() {
 
     // As root every file is readable: run the probe as nobody, as a user would.
     let probe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_offload-probe"));
+    // The checkout may lie where other users cannot reach (under /root): the
+    // unprivileged run gets a copy of the probe in the temporary directory,
+    // as the tree is.
+    let copy = std::env::temp_dir().join(format!("offload-probe-{}", std::process::id()));
     // SAFETY: geteuid has no preconditions.
     let mut cmd = if unsafe { libc::geteuid() } == 0 {
-        // The checkout may lie where other users cannot reach (under /root):
-        // the unprivileged run gets a copy of the probe in the temporary
-        // directory, as the tree is.
-        let copy = std::env::temp_dir().join(format!("offload-probe-{}", std::process::id()));
         std::fs::copy(&probe, &copy).unwrap();
         std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(copy);
+            .arg(&copy);
         c
     } else {
         Command::new(&probe)
@@ -398,9 +398,7 @@ fn a_pypi_rocm_installation() {
         .env_remove("OFFLOAD_LOADER_DEVICES")
         .output()
         .unwrap();
-    let _ = std::fs::remove_file(
-        std::env::temp_dir().join(format!("offload-probe-{}", std::process::id())),
-    );
+    let _ = std::fs::remove_file(&copy);
     // The unreadable file is an input error (exit 2); the rest is reported.
     assert_eq!(
         out.status.code(),
