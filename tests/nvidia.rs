@@ -184,6 +184,108 @@ fn compressed_zstd_lz4_and_concat() {
     assert!(ours.iter().all(|l| l.member == (l.kind == "elf")));
 }
 
+/// `gencode` pairs for `arch=compute_X,code=Y`.
+fn gencode(codes: &[(&str, &str)]) -> Vec<String> {
+    codes
+        .iter()
+        .flat_map(|(compute, code)| {
+            [
+                "-gencode".to_string(),
+                format!("arch={compute},code={code}"),
+            ]
+        })
+        .collect()
+}
+
+/// `--concat` over a family of target sets, orders, compression modes and
+/// file kinds, each listed and extracted exactly as cuobjdump does. nvcc
+/// puts sm_100+ cubins (whose member headers carry an options block, so the
+/// table is not a run of 64-byte headers) in a group of their own.
+#[test]
+fn concat_groups_of_every_shape_read_as_cuobjdump_reads_them() {
+    let Some(cuda) = support::cuda() else { return };
+    // The eight targets of the report that found the bug, in an executable
+    // (which adds nvlink's kernel-less stub) and a shared library.
+    let eight = gencode(&[
+        ("compute_75", "sm_75"),
+        ("compute_80", "sm_80"),
+        ("compute_86", "sm_86"),
+        ("compute_90a", "sm_90a"),
+        ("compute_90", "compute_90"),
+        ("compute_100a", "sm_100a"),
+        ("compute_100f", "sm_100f"),
+        ("compute_120", "sm_120"),
+    ]);
+    // Newest first, PTX for the newest, LZ4 groups.
+    let reversed = gencode(&[
+        ("compute_120", "[sm_120,compute_120]"),
+        ("compute_110", "sm_110"),
+        ("compute_103f", "sm_103f"),
+        ("compute_90", "sm_90"),
+        ("compute_80", "sm_80"),
+    ]);
+    // Only sm_100+ members; and only older ones; every entry compressed.
+    let blackwell = gencode(&[
+        ("compute_100a", "sm_100a"),
+        ("compute_103a", "sm_103a"),
+        ("compute_120f", "sm_120f"),
+        ("compute_100", "compute_100"),
+    ]);
+    let older = gencode(&[
+        ("compute_75", "[sm_75,compute_75]"),
+        ("compute_89", "sm_89"),
+        ("compute_87", "sm_87"),
+    ]);
+    // PTX beside each cubin: the PTX entries form a group of their own
+    // (members with an empty options string), and so may PTX alone.
+    let ptx_too = gencode(&[
+        ("compute_80", "[sm_80,compute_80]"),
+        ("compute_90", "[sm_90,compute_90]"),
+        ("compute_100", "[sm_100,compute_100]"),
+    ]);
+    let ptx_only = gencode(&[("compute_80", "compute_80"), ("compute_90", "compute_90")]);
+    let with = |base: &[String], extra: &[&str]| -> Vec<String> {
+        let mut v = base.to_vec();
+        v.push("--concat".into());
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let cases: Vec<(Vec<String>, NvOutput)> = vec![
+        (with(&eight, &[]), NvOutput::Executable),
+        (with(&eight, &[]), NvOutput::SharedLibrary),
+        (
+            with(&reversed, &["--compress-mode=speed"]),
+            NvOutput::Object,
+        ),
+        (
+            with(&blackwell, &["-Xfatbin", "-compress-all"]),
+            NvOutput::Object,
+        ),
+        (with(&older, &[]), NvOutput::Fatbin),
+        (with(&ptx_too, &[]), NvOutput::SharedLibrary),
+        (
+            with(&ptx_only, &["-Xfatbin", "-compress-all"]),
+            NvOutput::Object,
+        ),
+        (
+            Vec::new(),
+            NvOutput::Archive(vec![with(&older, &[]), with(&blackwell, &[])]),
+        ),
+    ];
+    let mut ptx_members = 0;
+    for (args, output) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let path = cuda.nvcc(&args, output.clone());
+        let ours = same_as_cuobjdump(&cuda, &path);
+        assert!(
+            ours.iter().any(|l| l.member),
+            "{output:?} {args:?}: no --concat member listed"
+        );
+        ptx_members += ours.iter().filter(|l| l.member && l.kind == "ptx").count();
+    }
+    assert_eq!(ptx_members, 5, "PTX inside groups");
+}
+
 #[test]
 fn rdc_objects_archives_and_linked_files() {
     let Some(cuda) = support::cuda() else { return };

@@ -44,12 +44,24 @@
 //! section), of stored PTX its text and one NUL: what `cuobjdump -xelf` writes,
 //! and what `cuobjdump -xptx` writes plus the NUL the driver needs.
 //!
+//! An entry whose u32 at 20 is not 0 has a block there (64 in every file
+//! seen, 72 after an object name): u32 offset and u32 length, from the entry
+//! start, of a NUL-terminated options string (`ptxas` options for PTX, a
+//! binary record for sm_100+ cubins); the entry header ends at the first
+//! 8-byte boundary after that NUL. Checked against the header size of every
+//! such entry CUDA 13.5 `nvcc` wrote for sm_100a/103f/110/120 cubins and PTX
+//! with `-G`, `-lineinfo`, `-maxrregcount`, `-Xptxas` options and object names.
+//!
 //! A `--concat` group (kind 0x100, SM 0) holds several entries in one
 //! compressed payload: after the fixed 64 header bytes come u32 count, u32
-//! table length, then `count` ordinary 64-byte entry headers, each with its own
-//! kind, SM and flags, whose u32 at 4 is the member's offset in the inflated
-//! payload and whose u64 at 8 is its padded size there. Members are listed as
-//! entries of their own ([`Entry::group`]); reading one inflates the group.
+//! table length (from the count on: 8 + the member headers), then `count`
+//! entry headers back to back, each with its own kind, SM and flags, whose u32
+//! at 4 is the member's offset in the inflated payload and whose u64 at 8 is
+//! its padded size there. A member header has no size field: it is 64 bytes,
+//! or ends after its options block as above (sm_100+ cubins, where nvcc puts
+//! them in a later group of their own). The members' headers must fill the
+//! table exactly. Members are listed as entries of their own
+//! ([`Entry::group`]); reading one inflates the group.
 use std::borrow::Cow;
 use std::io::Read;
 
@@ -282,16 +294,6 @@ impl<'a> NvFatbin<'a> {
         );
         let mut entries = Vec::new();
         let mut at = header_len;
-        let too_many = |at: u64, n: usize| {
-            Error::new(
-                at,
-                ErrorKind::TooLarge {
-                    what: "NVIDIA fat binary entry count",
-                    value: n as u64 + 1,
-                    limit: limits.max_entries,
-                },
-            )
-        };
         while at < total {
             let rest = body.slice(at, total - at, "fat binary entries")?;
             let padding = rest.len() < MIN_ENTRY_HEADER as usize || rest.starts_with(&[0; 8]);
@@ -299,32 +301,14 @@ impl<'a> NvFatbin<'a> {
                 break;
             }
             if entries.len() as u64 >= limits.max_entries {
-                return Err(too_many(at, entries.len()));
+                return Err(too_many(at, entries.len(), limits));
             }
             let entry = read_entry(body, at)?;
             at = entry.offset + entry.stored_size;
             let group = entries.len();
             entries.push(entry);
             if entry.kind == kind::CONCAT {
-                let count = body.u32(entry.header_offset + 64, "concat group member count")?;
-                for i in 0..u64::from(count) {
-                    if entries.len() as u64 >= limits.max_entries {
-                        return Err(too_many(entry.header_offset + 64, entries.len()));
-                    }
-                    let member_at = entry.header_offset + 72 + i * MIN_ENTRY_HEADER;
-                    if member_at + MIN_ENTRY_HEADER > entry.offset {
-                        return Err(Error::new(
-                            entry.header_offset + 64,
-                            ErrorKind::OutOfBounds {
-                                what: "concat group member header",
-                                start: member_at,
-                                size: MIN_ENTRY_HEADER,
-                                len: entry.offset,
-                            },
-                        ));
-                    }
-                    entries.push(read_member(body, member_at, group, &entry)?);
-                }
+                read_group(body, &entry, group, limits, &mut entries)?;
             }
         }
         Ok(NvFatbin {
@@ -560,6 +544,98 @@ fn read_fields(body: Bytes<'_>, at: u64) -> Result<Entry> {
         uncompressed_size: None,
         group: None,
     })
+}
+
+/// The error for entry `n + 1` (at `at`) past [`Limits::max_entries`].
+fn too_many(at: u64, n: usize, limits: &Limits) -> Error {
+    Error::new(
+        at,
+        ErrorKind::TooLarge {
+            what: "NVIDIA fat binary entry count",
+            value: n as u64 + 1,
+            limit: limits.max_entries,
+        },
+    )
+}
+
+/// Reads the member table of the `--concat` group `g` (entry `group`) into
+/// `entries`: `count` headers, back to back, that fill the table exactly.
+fn read_group(
+    body: Bytes<'_>,
+    g: &Entry,
+    group: usize,
+    limits: &Limits,
+    entries: &mut Vec<Entry>,
+) -> Result<()> {
+    let count_at = g.header_offset + MIN_ENTRY_HEADER;
+    let count = body.u32(count_at, "concat group member count")?;
+    let table_len = u64::from(body.u32(count_at + 4, "concat group table length")?);
+    let table_end = count_at + table_len;
+    if table_len < 8 || table_end > g.offset {
+        return Err(Error::new(
+            count_at + 4,
+            ErrorKind::OutOfBounds {
+                what: "concat group member table",
+                start: count_at,
+                size: table_len,
+                len: g.offset,
+            },
+        ));
+    }
+    let mut at = count_at + 8;
+    for _ in 0..count {
+        if entries.len() as u64 >= limits.max_entries {
+            return Err(too_many(count_at, entries.len(), limits));
+        }
+        let len = member_header_len(body, at, table_end)?;
+        entries.push(read_member(body, at, group, g)?);
+        at += len;
+    }
+    if at != table_end {
+        return Err(Error::new(
+            count_at + 4,
+            ErrorKind::Malformed {
+                what: "concat group member table",
+                why: "its member headers do not fill the length it states",
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// The length of the member header at `at`, which must end by `table_end`:
+/// 64 bytes, or up to the 8-byte boundary after its options string (see the
+/// module docs).
+fn member_header_len(body: Bytes<'_>, at: u64, table_end: u64) -> Result<u64> {
+    let outside = |start: u64, size: u64| {
+        Error::new(
+            at,
+            ErrorKind::OutOfBounds {
+                what: "concat group member header",
+                start,
+                size,
+                len: table_end,
+            },
+        )
+    };
+    if at + MIN_ENTRY_HEADER > table_end {
+        return Err(outside(at, MIN_ENTRY_HEADER));
+    }
+    let block = u64::from(body.u32(at + 20, "concat group member options block")?);
+    if block == 0 {
+        return Ok(MIN_ENTRY_HEADER);
+    }
+    if block < MIN_ENTRY_HEADER || at + block + 8 > table_end {
+        return Err(outside(at + block, 8));
+    }
+    let offset = u64::from(body.u32(at + block, "concat group member options offset")?);
+    let size = u64::from(body.u32(at + block + 4, "concat group member options size")?);
+    // The string and its NUL, then padding to 8.
+    let end = (offset + size + 1).next_multiple_of(8);
+    if offset < block + 8 || at + end > table_end {
+        return Err(outside(at + offset, size + 1));
+    }
+    Ok(end)
 }
 
 /// A member of the `--concat` group `group` (entry `g`), its header at `at`.
@@ -883,6 +959,54 @@ pub(crate) mod tests {
         let mut bad = f.clone();
         bad[16 + 64..16 + 68].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(NvFatbin::parse(&bad, &Limits::default()).is_err());
+    }
+
+    /// nvcc's 8-target `--concat` fat binary (see the fuzz corpus README):
+    /// the second group's three member headers carry an options block, so
+    /// they are 120 bytes apart, not 64.
+    #[test]
+    fn concat_member_headers_with_an_options_block() {
+        let f = include_bytes!("../../fuzz/corpus/nv_fatbin/nvcc13-concat8");
+        let p = NvFatbin::parse(f, &Limits::default()).unwrap();
+        let listed: Vec<(String, Option<usize>)> = p
+            .entries()
+            .iter()
+            .map(|e| (e.arch().map_or("group".into(), |a| a.to_string()), e.group))
+            .collect();
+        let want = [
+            ("sm_90", None),
+            ("group", None),
+            ("sm_75", Some(1)),
+            ("sm_80", Some(1)),
+            ("sm_86", Some(1)),
+            ("sm_90a", Some(1)),
+            ("group", None),
+            ("sm_100a", Some(6)),
+            ("sm_100f", Some(6)),
+            ("sm_120", Some(6)),
+        ];
+        let want: Vec<(String, Option<usize>)> =
+            want.iter().map(|(a, g)| (a.to_string(), *g)).collect();
+        assert_eq!(listed, want);
+        let headers: Vec<u64> = p.entries()[7..].iter().map(|e| e.header_offset).collect();
+        assert_eq!(headers, [0x898, 0x910, 0x988]);
+        for i in 7..10 {
+            let code = p.code(i, &Limits::default()).unwrap();
+            assert!(code.starts_with(b"\x7fELF"), "member {i}");
+        }
+        // An options string that runs past the table, and a table whose
+        // member headers do not fill it, are errors.
+        let mut bad = f.to_vec();
+        bad[0x898 + 68..0x898 + 72].copy_from_slice(&400u32.to_le_bytes());
+        let err = NvFatbin::parse(&bad, &Limits::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("concat group member header"),
+            "{err}"
+        );
+        let mut bad = f.to_vec();
+        bad[0x890..0x894].copy_from_slice(&2u32.to_le_bytes());
+        let err = NvFatbin::parse(&bad, &Limits::default()).unwrap_err();
+        assert!(err.to_string().contains("do not fill"), "{err}");
     }
 
     #[test]
