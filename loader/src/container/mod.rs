@@ -16,7 +16,8 @@ mod images;
 mod scope;
 
 use std::borrow::Cow;
-use std::sync::OnceLock;
+
+use once_cell::race::OnceBox;
 
 pub use images::from_descriptor_image;
 pub use scope::Scope;
@@ -100,7 +101,10 @@ pub struct Container<'a> {
     images: Vec<Image>,
     limits: Limits,
     data: &'a [u8],
-    inflated: OnceLock<std::result::Result<Vec<u8>, Error>>,
+    /// A compressed bundle, inflated at first use: published with one
+    /// compare-and-swap, never under a lock, so a thread forked away in the
+    /// middle of an inflation leaves nothing for the child to wait on.
+    inflated: OnceBox<std::result::Result<Vec<u8>, Error>>,
     /// For an NVIDIA fat binary: its entries, and each image's entry index.
     nv: Option<Box<(NvFatbin<'a>, Vec<usize>)>>,
 }
@@ -176,7 +180,7 @@ impl<'a> Container<'a> {
             images,
             limits: *limits,
             data: &data[..len as usize],
-            inflated: OnceLock::new(),
+            inflated: OnceBox::new(),
             nv,
         })
     }
@@ -209,7 +213,7 @@ impl<'a> Container<'a> {
             images,
             limits: *limits,
             data: &file[start as usize..end as usize],
-            inflated: OnceLock::new(),
+            inflated: OnceBox::new(),
             nv: None,
         })
     }
@@ -236,7 +240,7 @@ impl<'a> Container<'a> {
             images: vec![image],
             limits: *limits,
             data,
-            inflated: OnceLock::new(),
+            inflated: OnceBox::new(),
             nv: None,
         })
     }
@@ -275,7 +279,7 @@ impl<'a> Container<'a> {
             images,
             limits: *limits,
             data: &file[start as usize..end as usize],
-            inflated: OnceLock::new(),
+            inflated: OnceBox::new(),
             nv: None,
         })
     }
@@ -367,7 +371,7 @@ impl<'a> Container<'a> {
         let ccob = self.ccob(image)?;
         let inflated = self
             .inflated
-            .get_or_init(|| ccob.decompress(&self.limits))
+            .get_or_init(|| Box::new(ccob.decompress(&self.limits)))
             .as_ref()
             .map_err(|e| e.clone().at(self.offset))?;
         Bytes(inflated)
