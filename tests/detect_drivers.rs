@@ -891,7 +891,7 @@ fn devices_is_detected_once_per_process() {
 fn case_once_per_process() {
     let first = offload_detect::devices();
     assert!(std::ptr::eq(first, offload_detect::devices()));
-    assert!(std::ptr::eq(first, offload_detect::devices_in_place()));
+    assert!(std::ptr::eq(first, offload_detect::detected().unwrap()));
     assert_eq!(
         targets(first),
         ["gfx942:sramecc+:xnack- (override)", "sm_90 (override)"]
@@ -1397,7 +1397,7 @@ fn case_late_driver() {
     assert_eq!(targets(found), ["gfx90a (hsa)"]);
     // Final now: detected once more, never again.
     assert!(std::ptr::eq(found, offload_detect::devices()));
-    assert!(std::ptr::eq(found, offload_detect::devices_in_place()));
+    assert!(std::ptr::eq(found, offload_detect::detected().unwrap()));
 }
 
 #[test]

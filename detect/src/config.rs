@@ -37,11 +37,6 @@ pub struct Config {
     /// `OFFLOAD_LOADER_DETECT_TIMEOUT_MS`: how long one driver may take
     /// (default 10 s).
     pub timeout: Option<Duration>,
-    /// Run each backend on the calling thread, with no time limit. For callers
-    /// inside a constructor of a library being `dlopen`ed: there glibc holds
-    /// the loader's locks, and a new thread touching a loaded library's
-    /// thread-locals would wait for them, so the time-limited thread cannot run.
-    pub in_place: bool,
 }
 
 impl Config {

@@ -23,7 +23,7 @@
 //! in a [`BackendReport`] whose [`Reason`] reads as one plain sentence, and
 //! events go to `tracing`. Each driver call runs on a detection thread under a
 //! time limit (`OFFLOAD_LOADER_DETECT_TIMEOUT_MS`, default 10 s) so a hung
-//! driver cannot hang the program, except with [`devices_in_place`]. A missing
+//! driver cannot hang the program. A missing
 //! library costs one failed `dlopen` and no thread. Libraries are opened once
 //! per process and path and never closed.
 //!
@@ -121,14 +121,15 @@ fn in_flight(backend: Backend) -> Option<&'static AtomicBool> {
 /// driver is not given up on for the life of the process. A hung driver
 /// costs the time limit once, not once per call.
 pub fn devices() -> &'static Detection {
-    detect_cached(false)
+    detect_cached()
 }
 
-/// The same detection as [`devices`], run on the calling thread without a
-/// time limit if it has not happened yet: for constructors that may run under
-/// the dynamic loader's lock (see [`Config::in_place`]).
-pub fn devices_in_place() -> &'static Detection {
-    detect_cached(true)
+/// The final detection if it has been made, without detecting or waiting:
+/// for code that must not start a detection (a destructor, which may hold
+/// the dynamic loader's lock, reports a selection only if the devices are
+/// already known).
+pub fn detected() -> Option<&'static Detection> {
+    DETECTION.get()
 }
 
 /// Installs this crate's `fork` handlers now: call it before the program
@@ -138,7 +139,7 @@ pub fn install_fork_handlers() {
     fork_lock::install();
 }
 
-fn detect_cached(in_place: bool) -> &'static Detection {
+fn detect_cached() -> &'static Detection {
     if let Some(d) = DETECTION.get() {
         return d;
     }
@@ -156,10 +157,7 @@ fn detect_cached(in_place: bool) -> &'static Detection {
             return p;
         }
     }
-    let detection = detect_with(&Config {
-        in_place,
-        ..Config::from_env()
-    });
+    let detection = detect_with(&Config::from_env());
     let gave_up = detection
         .backends
         .iter()
@@ -170,7 +168,10 @@ fn detect_cached(in_place: bool) -> &'static Detection {
         PROVISIONAL.store(leaked, Ordering::SeqCst);
         leaked
     } else {
-        DETECTION.get_or_init(|| detection)
+        // Published, not initialised in place: `set` never runs user code
+        // under the cell's lock (the value is already made).
+        let _ = DETECTION.set(detection);
+        DETECTION.get().expect("set above")
     }
 }
 
@@ -202,13 +203,9 @@ pub fn detect_with(config: &Config) -> Detection {
 
     // AMD: HSA, else KFD; then HIP_VISIBLE_DEVICES.
     let (amd, mut hsa_report) = match hsa::open(config.hsa_library.clone()) {
-        Ok(api) => on_thread(
-            config.in_place,
-            timeout,
-            "the HSA runtime",
-            Backend::Hsa,
-            move || hsa::detect(api),
-        ),
+        Ok(api) => on_thread(timeout, "the HSA runtime", Backend::Hsa, move || {
+            hsa::detect(api)
+        }),
         Err(reason) => (
             Vec::new(),
             BackendReport::new(Backend::Hsa, Status::Unavailable, Some(reason)),
@@ -238,13 +235,9 @@ pub fn detect_with(config: &Config) -> Detection {
 
     // NVIDIA.
     let (nvidia, cuda_report) = match cuda::open(config.cuda_library.clone()) {
-        Ok(api) => on_thread(
-            config.in_place,
-            timeout,
-            "the CUDA driver",
-            Backend::Cuda,
-            move || cuda::detect(api),
-        ),
+        Ok(api) => on_thread(timeout, "the CUDA driver", Backend::Cuda, move || {
+            cuda::detect(api)
+        }),
         Err(reason) => (
             Vec::new(),
             BackendReport::new(Backend::Cuda, Status::Unavailable, Some(reason)),
@@ -294,10 +287,8 @@ fn apply_visible(
 
 /// Runs a backend on its own thread and gives up after `timeout`, so that a
 /// driver that hangs in its initialisation cannot hang the host program (the
-/// thread is left behind; a driver that crashes cannot be contained). With
-/// `in_place`, runs it on the calling thread.
+/// thread is left behind; a driver that crashes cannot be contained).
 fn on_thread<T: Send + 'static>(
-    in_place: bool,
     timeout: Duration,
     what: &str,
     backend: Backend,
@@ -315,13 +306,7 @@ fn on_thread<T: Send + 'static>(
         )
     };
     // The thread started for an earlier detection has not ended: do not
-    // start another, nor wait again (in place, that would hang this thread).
-    if in_place {
-        if flag.is_some_and(|f| f.load(Ordering::SeqCst)) {
-            return timed_out();
-        }
-        return run();
-    }
+    // start another, nor wait again.
     if flag.is_some_and(|f| f.swap(true, Ordering::SeqCst)) {
         return timed_out();
     }
