@@ -24,7 +24,10 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use offload_loader::registration::WrapperKind;
 
 use crate::hip::Handle;
-use crate::libraries::{self, Runtime, SymbolKind};
+use crate::library::SymbolKind;
+use crate::registry;
+use crate::runtime;
+use crate::slots::Runtime;
 use crate::{guard, set_last_error};
 
 /// `cudaErrorInvalidDeviceFunction`: no kernel registered for a host stub.
@@ -187,19 +190,9 @@ pub extern "C" fn __cudaPopCallConfiguration(
 #[no_mangle]
 pub extern "C" fn __cudaGetKernel(kernel: *mut *mut c_void, host_fun: *const c_void) -> c_int {
     guard(CUDA_ERROR_INVALID_DEVICE_FUNCTION, || {
-        let Some((lib, symbol)) = libraries::kernel(host_fun as usize) else {
-            set_last_error(format!("no kernel registered for host stub {host_fun:p}"));
-            return CUDA_ERROR_INVALID_DEVICE_FUNCTION;
-        };
-        let resolved = match lib.enter() {
-            Some(reading) => reading.resolve(0, &symbol),
-            None => {
-                set_last_error(format!(
-                    "the library of host stub {host_fun:p} was unregistered"
-                ));
-                return CUDA_ERROR_INVALID_DEVICE_FUNCTION;
-            }
-        };
+        runtime::settle();
+        let what = || format!("kernel with host stub {host_fun:p}");
+        let resolved = runtime::lookup(registry::kernel(host_fun as usize), 0, what);
         match resolved {
             Ok((handle, _)) => {
                 if !kernel.is_null() {

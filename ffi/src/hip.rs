@@ -4,13 +4,14 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-use offload_loader::discover::process;
 use offload_loader::registration::{FatbinWrapper, WrapperKind};
 
-use crate::libraries::{self, HandleState, Runtime, Symbol, SymbolKind};
+use crate::library::{Symbol, SymbolKind};
 use crate::objects::{Pin, Pinned};
-use crate::slots::Fatbin;
-use crate::{guard, set_last_error};
+use crate::process;
+use crate::registry::{self, HandleState};
+use crate::slots::{Fatbin, Runtime};
+use crate::{guard, info, runtime, set_last_error};
 
 /// The handle clang stores in `__hip_gpubin_handle` and passes back: an
 /// opaque token the registry issued (never dereferenced, by clang or here),
@@ -33,13 +34,17 @@ pub(crate) fn register_wrapper(wrapper: usize, runtime: Runtime, kind: WrapperKi
         let fatbin = match locate_fatbin(wrapper, runtime, kind) {
             Ok(fatbin) => Some(fatbin),
             Err(e) => {
-                tracing::warn!("{e}");
-                eprintln!("offload-loader: {e}");
-                set_last_error(e);
+                // In a constructor, whose thread may hold the loader's lock
+                // itself: saying it waits on no other thread.
+                info::warn(e);
                 None
             }
         };
-        libraries::register_fatbin(fatbin, runtime) as Handle
+        let (handle, id) = registry::register_fatbin(fatbin, runtime);
+        if let Some(id) = id {
+            runtime::registered(id);
+        }
+        handle as Handle
     })
 }
 
@@ -72,7 +77,8 @@ fn locate_fatbin(wrapper: usize, runtime: Runtime, kind: WrapperKind) -> Result<
     })
 }
 
-/// Unregisters the fat binary and unloads what was loaded from it. A handle
+/// Unregisters the fat binary; what was loaded from it is unloaded by the
+/// next query (see `runtime`), not under the destructor that calls this. A handle
 /// that was never issued, or was already released, is an error recorded for
 /// the caller; nothing else happens.
 #[no_mangle]
@@ -83,9 +89,9 @@ pub extern "C" fn __hipUnregisterFatBinary(handle: Handle) {
 /// Releases `handle` and unregisters its library, for `caller` (HIP's and,
 /// from [`crate::cuda`], CUDA's unregistration).
 pub(crate) fn unregister_handle(handle: Handle, caller: &str) {
-    guard((), || match libraries::release_handle(handle as usize) {
+    guard((), || match registry::release_handle(handle as usize) {
         Some(Some(id)) => {
-            libraries::unregister(id);
+            runtime::unregister(id);
         }
         Some(None) => {}
         None => set_last_error(format!(
@@ -103,7 +109,7 @@ pub(crate) fn add(
     name: *const c_char,
     kind: SymbolKind,
 ) {
-    let id = match libraries::handle(handle as usize) {
+    let id = match registry::handle(handle as usize) {
         HandleState::Library(id) => id,
         HandleState::Failed => {
             set_last_error("symbol registered against a fat binary that failed to register");
@@ -127,7 +133,7 @@ pub(crate) fn add(
         name: name as usize,
         kind,
     };
-    if let Err(e) = libraries::add_symbol(id, symbol) {
+    if let Err(e) = registry::add_symbol(id, symbol) {
         set_last_error(e.to_string());
     }
 }

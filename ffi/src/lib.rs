@@ -11,23 +11,39 @@
 //!
 //! No panic crosses the ABI: every entry point runs under [`guard`], and a
 //! failure is recorded as the calling thread's last error. Registration is
-//! thread-safe and fork-safe, and a library is revoked before its object is
-//! unmapped (see `libraries`). Launching kernels is out of scope.
+//! thread-safe, lock-free and fork-safe, and a library is revoked before its
+//! object is unmapped, without waiting on the dynamic loader (see
+//! `loader_lock` for the rule, and `library`). Launching kernels is out of
+//! scope.
+//!
+//! ## Layout
+//!
+//! Each module uses only those above it:
+//! `loader_lock` (the rule and its check), `abi` (last error, panic guard),
+//! `error`, `lock`, `stack`, `process` (loaded objects) → `slots` (every
+//! registration, lock-free), `objects` (pinned objects) → `library` (a
+//! library's memory and what a reader may do with it) → `registry` (the
+//! index, under the lock) → `info` (messages), `runtime` (detection, driver
+//! loads and unloads) → the C entry points `hip`, `cuda`, `omp`, `query`.
 
 mod abi;
 mod cuda;
-mod devices;
 mod error;
 mod hip;
 mod info;
-mod libraries;
+mod library;
+mod loader_lock;
 mod lock;
 mod objects;
 mod omp;
+mod process;
 mod query;
+mod registry;
+mod runtime;
 mod slots;
+mod stack;
 
-pub(crate) use abi::{guard, set_last_error, LAST_ERROR};
+pub(crate) use abi::{guard, set_last_error};
 
 /// Runs when the library is loaded, before any registration: resolves what
 /// registration needs from the dynamic loader now, under the loader's lock
@@ -37,8 +53,9 @@ pub(crate) use abi::{guard, set_last_error, LAST_ERROR};
 /// threads: glibc ignores handlers installed while a fork is running others.
 extern "C" fn on_load() {
     let _ = std::panic::catch_unwind(|| {
-        offload_loader::discover::process::prepare_locate();
-        libraries::install_fork_handlers();
+        abi::prepare();
+        process::prepare_locate();
+        registry::install_fork_handlers();
         offload_detect::install_fork_handlers();
     });
 }

@@ -19,7 +19,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use offload_loader::discover::process::{Located, ObjectName, Segments};
+use crate::process::{Located, ObjectName, Segments};
 
 /// Objects remembered at once; a process registering from more objects at the
 /// same time looks the others up (still without a walk, see `process::locate`).
@@ -111,7 +111,7 @@ impl Pinned {
         if let Some(found) = pin(addr) {
             return Some(found);
         }
-        let located = offload_loader::discover::process::locate(addr)?;
+        let located = crate::process::locate(addr)?;
         Some(Pinned {
             pin: remember(&located),
             object: located.object,

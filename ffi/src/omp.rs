@@ -6,13 +6,15 @@
 use std::ffi::{c_void, CStr};
 
 use offload_loader::container::from_descriptor_image;
-use offload_loader::discover::process;
 use offload_loader::entries::{EntryKind, EntryTable};
 use offload_loader::registration::{BinaryDescriptor, DeviceImage, ImageInfo, DEVICE_IMAGE_SIZE};
 use offload_loader::target::OffloadKind;
 
-use crate::libraries::{self, Images, Origin, Runtime, Symbol, SymbolKind};
-use crate::{guard, set_last_error};
+use crate::library::{Images, Origin, Symbol, SymbolKind};
+use crate::process;
+use crate::registry;
+use crate::slots::Runtime;
+use crate::{guard, info, runtime, set_last_error};
 
 /// Most images one descriptor may list.
 const MAX_IMAGES: u32 = 4096;
@@ -55,9 +57,7 @@ fn c_string(addr: u64) -> Option<String> {
 pub extern "C" fn __tgt_register_lib(desc: *mut c_void) {
     guard((), || {
         if let Err(e) = register(desc as u64) {
-            tracing::warn!("{e}");
-            eprintln!("offload-loader: {e}");
-            set_last_error(e);
+            info::warn(e);
         }
     })
 }
@@ -74,7 +74,7 @@ fn register(desc: u64) -> Result<(), String> {
         let path = unsafe { located.object.path() };
         format!("{} descriptor at {desc:#x}", path.display())
     };
-    let infos = libraries::with(|r| std::mem::take(&mut r.image_info));
+    let infos = registry::with(|r| std::mem::take(&mut r.image_info));
     let count = u64::from(descriptor.image_count);
     let table = if count == 0 {
         &[][..]
@@ -110,7 +110,7 @@ fn register(desc: u64) -> Result<(), String> {
         code.push(inner);
         images.push(image);
     }
-    let id = libraries::register(
+    let id = registry::register(
         Runtime::OpenMp,
         Origin {
             object: located.object,
@@ -119,7 +119,8 @@ fn register(desc: u64) -> Result<(), String> {
         },
         Images::Listed { images, code },
     );
-    libraries::with(|r| r.descriptors.insert(desc as usize, id));
+    registry::with(|r| r.descriptors.insert(desc as usize, id));
+    runtime::registered(id);
     let entries = descriptor.host_entries;
     if !entries.is_empty() {
         let data = memory(entries.start, entries.len(), "host entry table")?;
@@ -152,7 +153,7 @@ fn register(desc: u64) -> Result<(), String> {
                 name,
                 kind,
             };
-            if let Err(e) = libraries::add_symbol(id, symbol) {
+            if let Err(e) = registry::add_symbol(id, symbol) {
                 set_last_error(e.to_string());
             }
         }
@@ -164,10 +165,10 @@ fn register(desc: u64) -> Result<(), String> {
 #[no_mangle]
 pub extern "C" fn __tgt_unregister_lib(desc: *mut c_void) {
     guard((), || {
-        let id = libraries::with(|r| r.descriptors.remove(&(desc as usize)));
+        let id = registry::with(|r| r.descriptors.remove(&(desc as usize)));
         match id {
             Some(id) => {
-                libraries::unregister(id);
+                runtime::unregister(id);
             }
             None => set_last_error(format!("descriptor {desc:p} was not registered")),
         }
@@ -179,21 +180,17 @@ pub extern "C" fn __tgt_unregister_lib(desc: *mut c_void) {
 #[no_mangle]
 pub extern "C" fn __tgt_register_requires(flags: i64) {
     guard((), || {
-        libraries::with(|r| r.requires |= flags);
+        registry::with(|r| r.requires |= flags);
         tracing::debug!(flags, "__tgt_register_requires");
     })
 }
 
-/// Detects the devices now rather than at the first registration. Called
-/// from constructors, where the dynamic loader's lock may be held: detects
-/// on this thread, as eager registration does, never on the time-limited
-/// detection thread (which could wait for that lock).
+/// libomptarget loads its plugins here. This library detects devices at the
+/// first query instead: this is called from constructors, where the dynamic
+/// loader's lock may be held, and detection waits on threads that `dlopen`
+/// the drivers (see `loader_lock`).
 #[no_mangle]
-pub extern "C" fn __tgt_init_all_rtls() {
-    guard((), || {
-        let _ = crate::devices::devices_in_place();
-    })
-}
+pub extern "C" fn __tgt_init_all_rtls() {}
 
 /// AOMP: names the target of image `image_number` of the next descriptor.
 #[no_mangle]
@@ -203,7 +200,7 @@ pub extern "C" fn __tgt_register_image_info(info: *mut c_void) {
             .and_then(|b| ImageInfo::parse(b).map_err(|e| e.to_string()));
         match parsed {
             Ok(i) => match c_string(i.offload_arch) {
-                Some(arch) => libraries::with(|r| r.image_info.push((i.image_number, arch))),
+                Some(arch) => registry::with(|r| r.image_info.push((i.image_number, arch))),
                 None => set_last_error("__tgt_image_info has an unreadable offload_arch"),
             },
             Err(e) => set_last_error(e),

@@ -1,106 +1,16 @@
-//! Offload sections of the objects loaded in this process.
+//! The objects loaded in this process, as the runtime meets them: which
+//! loaded segment (and object) an address lies in, and the bytes there.
 //!
-//! `dl_iterate_phdr` lists the executable and every shared library (including
-//! ones `dlopen`ed since the last call) with their load base and `PT_LOAD`
-//! segments. Section headers are not mapped at run time, so they are read from
-//! each object's file (memory-mapped, headers only); a section's bytes are then
-//! read where the loader mapped them: `base + sh_addr`, checked to lie inside a
-//! loaded segment.
+//! glibc's `_dl_find_object` answers without a lock; the fallback walks the
+//! objects with `dl_iterate_phdr`, which takes the dynamic loader's lock (see
+//! `loader_lock`: never while a library is entered or the registry is held).
+//! Section headers are not mapped at run time: a structure's bytes are read
+//! where the loader mapped them, checked to lie inside a loaded segment.
 
 use std::ffi::CStr;
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-
-use super::file::MappedFile;
-use super::OffloadSection;
-
-/// An object loaded in this process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadedObject {
-    /// Its file (the main executable's own path for the first one).
-    pub path: PathBuf,
-    /// The load bias added to its virtual addresses.
-    pub base: usize,
-    /// Its `PT_LOAD` segments in memory.
-    pub segments: Vec<Range<usize>>,
-}
-
-impl LoadedObject {
-    /// The loaded segment that contains `addr`, from `addr` to the segment's end.
-    pub fn span_from(&self, addr: usize) -> Option<Range<usize>> {
-        self.segments
-            .iter()
-            .find(|s| s.contains(&addr))
-            .map(|s| addr..s.end)
-    }
-
-    /// This object's offload sections, each with its range in memory. Sections
-    /// that are not loaded (relocatable data, non-`SHF_ALLOC`) are left out.
-    pub fn offload_sections(
-        &self,
-    ) -> Result<Vec<(OffloadSection, Range<usize>)>, super::FileError> {
-        let file = MappedFile::open(&self.path)?;
-        Ok(file
-            .offload_sections()?
-            .into_iter()
-            .filter_map(|s| {
-                let start = self.base.checked_add(usize::try_from(s.address).ok()?)?;
-                let end = start.checked_add(usize::try_from(s.size).ok()?)?;
-                let span = self.span_from(start)?;
-                (s.address != 0 && end <= span.end).then_some((s, start..end))
-            })
-            .collect())
-    }
-}
-
-/// Every object loaded in this process, the main executable first.
-pub fn loaded_objects() -> Vec<LoadedObject> {
-    let mut objects: Vec<LoadedObject> = Vec::new();
-    // SAFETY: `collect` matches the callback type `dl_iterate_phdr` expects and
-    // only reads the `dl_phdr_info` it is handed, during the call; `data` is a
-    // valid `&mut Vec<LoadedObject>` for the whole call.
-    unsafe {
-        libc::dl_iterate_phdr(
-            Some(collect),
-            (&mut objects as *mut Vec<LoadedObject>).cast(),
-        );
-    }
-    objects
-}
-
-unsafe extern "C" fn collect(
-    info: *mut libc::dl_phdr_info,
-    _size: libc::size_t,
-    data: *mut libc::c_void,
-) -> libc::c_int {
-    // SAFETY: `dl_iterate_phdr` passes a valid `info` for the duration of this
-    // call and `data` is the vector passed by `loaded_objects`.
-    let (info, objects) = unsafe { (&*info, &mut *data.cast::<Vec<LoadedObject>>()) };
-    let base = info.dlpi_addr as usize;
-    let name = if info.dlpi_name.is_null() {
-        &[][..]
-    } else {
-        // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader.
-        unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes()
-    };
-    let path = match name {
-        [] if objects.is_empty() => {
-            std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"))
-        }
-        // The vDSO and other unnamed objects have no file to read.
-        [] => return 0,
-        n => PathBuf::from(std::ffi::OsStr::from_bytes(n)),
-    };
-    // SAFETY: `info` is the loader's, for the duration of this call.
-    let segments = unsafe { load_segments(info) }.collect();
-    objects.push(LoadedObject {
-        path,
-        base,
-        segments,
-    });
-    0
-}
 
 /// The `PT_LOAD` segments, in memory, of the object `info` describes.
 ///
@@ -125,19 +35,10 @@ unsafe fn load_segments(info: &libc::dl_phdr_info) -> impl Iterator<Item = Range
         })
 }
 
-/// The loaded object whose segments contain `addr`, and the span from `addr`
-/// to the end of its segment: the most bytes a structure at `addr` can occupy.
-pub fn span_containing(addr: usize) -> Option<(LoadedObject, Range<usize>)> {
-    loaded_objects().into_iter().find_map(|o| {
-        let span = o.span_from(addr)?;
-        Some((o, span))
-    })
-}
-
 /// The loaded segment an address lies in, and its object, found without
 /// allocating: what the runtime needs per registration call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Located {
+pub(crate) struct Located {
     /// The object's name as the dynamic loader holds it (see [`ObjectName`]).
     pub object: ObjectName,
     /// The `PT_LOAD` segment that contains the address, in memory.
@@ -150,7 +51,7 @@ pub struct Located {
 /// The `PT_LOAD` segments of one loaded object, in memory, in program-header
 /// order: the first [`Segments::CAPACITY`] of them, without allocating.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Segments {
+pub(crate) struct Segments {
     ranges: [(usize, usize); Segments::CAPACITY],
     len: u8,
     complete: bool,
@@ -158,7 +59,7 @@ pub struct Segments {
 
 impl Segments {
     /// How many segments are kept (linkers emit four or five).
-    pub const CAPACITY: usize = 8;
+    pub(crate) const CAPACITY: usize = 8;
 
     const EMPTY: Segments = Segments {
         ranges: [(0, 0); Segments::CAPACITY],
@@ -177,20 +78,15 @@ impl Segments {
     }
 
     /// The segments kept.
-    pub fn iter(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Range<usize>> + '_ {
         self.ranges[..usize::from(self.len)]
             .iter()
             .map(|&(start, end)| start..end)
     }
 
     /// Whether these are all of the object's segments.
-    pub fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         self.complete
-    }
-
-    /// The kept segment that contains `addr`.
-    pub fn containing(&self, addr: usize) -> Option<Range<usize>> {
-        self.iter().find(|s| s.contains(&addr))
     }
 }
 
@@ -199,19 +95,19 @@ impl Segments {
 /// read only when a message needs it, and is valid only while the object
 /// stays loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ObjectName(usize);
+pub(crate) struct ObjectName(usize);
 
 impl ObjectName {
     /// The name as one word, to store in an atomic.
     #[inline]
-    pub fn to_raw(self) -> usize {
+    pub(crate) fn to_raw(self) -> usize {
         self.0
     }
 
     /// The name [`ObjectName::to_raw`] gave (any other word names no object,
     /// and [`ObjectName::path`] must not be called on it).
     #[inline]
-    pub fn from_raw(raw: usize) -> ObjectName {
+    pub(crate) fn from_raw(raw: usize) -> ObjectName {
         ObjectName(raw)
     }
 
@@ -220,7 +116,7 @@ impl ObjectName {
     ///
     /// # Safety
     /// The object this name came from must still be loaded.
-    pub unsafe fn path(self) -> PathBuf {
+    pub(crate) unsafe fn path(self) -> PathBuf {
         let name = if self.0 == 0 {
             &[][..]
         } else {
@@ -245,7 +141,7 @@ impl ObjectName {
 /// loader lock another thread held. The object's segments are read from its
 /// program headers in memory. Falls back to one `dl_iterate_phdr` walk (which
 /// takes the loader's lock) on older C libraries or unusual layouts.
-pub fn locate(addr: usize) -> Option<Located> {
+pub(crate) fn locate(addr: usize) -> Option<Located> {
     match find_object::locate(addr) {
         find_object::Answer::Found(located) => Some(located),
         find_object::Answer::NotMapped => None,
@@ -257,12 +153,13 @@ pub fn locate(addr: usize) -> Option<Located> {
 /// a library that registers from constructors calls this from its own
 /// constructor, so that no later registration calls `dlsym` while another
 /// thread may `fork` (a child would inherit that lock held).
-pub fn prepare_locate() {
+pub(crate) fn prepare_locate() {
     find_object::resolve();
 }
 
 /// [`locate`] by walking every loaded object with `dl_iterate_phdr`.
-pub fn locate_by_walk(addr: usize) -> Option<Located> {
+pub(crate) fn locate_by_walk(addr: usize) -> Option<Located> {
+    crate::loader_lock::check("dl_iterate_phdr");
     struct Search {
         addr: usize,
         first: bool,
@@ -354,6 +251,7 @@ mod find_object {
             if std::env::var_os("OFFLOAD_LOADER_NO_FIND_OBJECT").is_some() {
                 f = 1;
             } else {
+                crate::loader_lock::check("dlsym");
                 // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
                 let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
                 f = if p.is_null() { 1 } else { p as usize };
@@ -494,7 +392,7 @@ mod find_object {
 /// `range` must lie inside a segment of an object that stays loaded while the
 /// slice is used (as the ranges returned by this module do, until `dlclose`).
 #[inline]
-pub unsafe fn memory(range: Range<usize>) -> &'static [u8] {
+pub(crate) unsafe fn memory(range: Range<usize>) -> &'static [u8] {
     if range.is_empty() {
         return &[];
     }
@@ -518,11 +416,10 @@ mod tests {
             assert_eq!(fast.segment, walk.segment, "{addr:#x}");
             assert_eq!(fast.segments, walk.segments, "{addr:#x}");
             assert!(fast.segments.is_complete());
-            assert_eq!(fast.segments.containing(addr), Some(fast.segment.clone()));
+            assert!(fast.segments.iter().any(|s| s == fast.segment));
             // SAFETY: both objects stay loaded for the whole test.
             let (a, b) = unsafe { (fast.object.path(), walk.object.path()) };
             assert_eq!(a, b);
-            assert_eq!(span_containing(addr).unwrap().1, addr..fast.segment.end);
         }
         // SAFETY: this test binary is loaded.
         assert_eq!(
@@ -536,18 +433,5 @@ mod tests {
             find_object::locate(here),
             find_object::Answer::Found(_)
         ));
-    }
-
-    #[test]
-    fn lists_this_test_binary_and_libc() {
-        let objects = loaded_objects();
-        assert_eq!(objects[0].path, std::env::current_exe().unwrap());
-        assert!(objects
-            .iter()
-            .any(|o| o.path.to_string_lossy().contains("libc.so")));
-        let here = lists_this_test_binary_and_libc as fn() as usize;
-        let (obj, span) = span_containing(here).unwrap();
-        assert_eq!(obj.path, objects[0].path);
-        assert!(span.start == here && span.end > here);
     }
 }

@@ -1,15 +1,19 @@
 //! The query API for the runtime above this library: devices, registered
 //! libraries and their selections, kernel handles and variable addresses,
 //! and the calling thread's last error. Declared in `include/offload_loader.h`.
+//!
+//! Each query first settles what destructors and constructors left for it
+//! ([`runtime::settle`]): the modules of unregistered libraries are unloaded,
+//! eager registrations loaded.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 use offload_loader::ImageSource;
 
-use crate::devices::devices;
 use crate::error::{status, Error, INTERNAL, NOT_FOUND};
-use crate::libraries::{self, Found};
-use crate::{guard, LAST_ERROR};
+use crate::registry;
+use crate::runtime::{self, devices};
+use crate::{abi, guard};
 
 /// Copies `s` with a NUL into `buf` of `len` bytes.
 fn copy_str(s: &str, buf: *mut c_char, len: usize) -> Result<(), Error> {
@@ -33,7 +37,10 @@ fn copy_str(s: &str, buf: *mut c_char, len: usize) -> Result<(), Error> {
 /// Number of devices found (or given by `OFFLOAD_LOADER_DEVICES`).
 #[no_mangle]
 pub extern "C" fn offload_loader_device_count() -> c_int {
-    guard(0, || devices().len() as c_int)
+    guard(0, || {
+        runtime::settle();
+        devices().len() as c_int
+    })
 }
 
 /// The target of device `device` (`gfx90a:sramecc+:xnack-`, `sm_90`) into `buf`.
@@ -44,6 +51,7 @@ pub extern "C" fn offload_loader_device_target(
     len: usize,
 ) -> c_int {
     guard(INTERNAL, || {
+        runtime::settle();
         status(
             usize::try_from(device)
                 .ok()
@@ -57,7 +65,10 @@ pub extern "C" fn offload_loader_device_target(
 /// Number of libraries registered so far (ids run from 0; unregistered ones stay counted).
 #[no_mangle]
 pub extern "C" fn offload_loader_library_count() -> c_int {
-    guard(0, || libraries::count().try_into().unwrap_or(c_int::MAX))
+    guard(0, || {
+        runtime::settle();
+        registry::count().try_into().unwrap_or(c_int::MAX)
+    })
 }
 
 /// The image library `library` selected for `device`: its index, target ID
@@ -75,16 +86,19 @@ pub extern "C" fn offload_loader_selected_image(
     size: *mut usize,
 ) -> c_int {
     guard(INTERNAL, || {
+        runtime::settle();
         status((|| {
+            let detection = runtime::detection();
             let lib = usize::try_from(library)
                 .ok()
-                .and_then(libraries::library)
+                .and_then(registry::library)
                 .ok_or(Error::NoLibrary(library.into()))?;
-            let lib = lib.enter().ok_or(Error::NoLibrary(library.into()))?;
+            let made = runtime::made(&lib, detection).ok_or(Error::NoLibrary(library.into()))?;
             let selection = usize::try_from(device)
                 .ok()
-                .and_then(|d| lib.selections().get(d))
+                .and_then(|d| made.selections.get(d))
                 .ok_or(Error::NoDevice(device.into()))?;
+            let lib = lib.enter().ok_or(Error::NoLibrary(library.into()))?;
             let chosen = selection.chosen.ok_or_else(|| {
                 Error::NoImage(format!(
                     "library {library} has no compatible image for device {device}{}",
@@ -99,52 +113,23 @@ pub extern "C" fn offload_loader_selected_image(
                 copy_str(&lib.images()[chosen].arch.to_string(), target, target_len)?;
             }
             if !data.is_null() || !size.is_null() {
-                let (ptr, len) = match lib.image_bytes(chosen)? {
-                    // Borrowed from the process's memory, or from the
-                    // library's inflated bundle, which lives as long as the
-                    // library stays registered.
-                    std::borrow::Cow::Borrowed(b) => (b.as_ptr(), b.len()),
-                    std::borrow::Cow::Owned(v) => {
-                        let leaked: &'static [u8] = Vec::leak(v);
-                        (leaked.as_ptr(), leaked.len())
-                    }
-                };
+                // Borrowed from the process's memory, or from memory the
+                // library keeps while it is registered (its inflated bundle,
+                // or this image inflated once).
+                let bytes = lib.kept_image(chosen)?;
                 // SAFETY: non-null out-pointers provided by the caller.
                 unsafe {
                     if !data.is_null() {
-                        *data = ptr.cast();
+                        *data = bytes.as_ptr().cast();
                     }
                     if !size.is_null() {
-                        *size = len;
+                        *size = bytes.len();
                     }
                 }
             }
             Ok(())
         })())
     })
-}
-
-fn lookup(
-    found: Option<Found>,
-    what: impl Fn() -> String,
-    device: c_int,
-) -> Result<(u64, u64), Error> {
-    let (lib, symbol) = found.ok_or_else(|| Error::NoSymbol(what()))?;
-    // Unregistered since it was found: as if never found.
-    let lib = lib.enter().ok_or_else(|| Error::NoSymbol(what()))?;
-    let d = usize::try_from(device)
-        .ok()
-        .filter(|&d| d < lib.selections().len())
-        .ok_or(Error::NoDevice(device.into()))?;
-    if lib.selections()[d].chosen.is_none() {
-        return Err(Error::NoImage(format!(
-            "{}: device {device} has no compatible image for {}{}",
-            lib.origin(),
-            lib.name(&symbol),
-            lib.unreadable()
-        )));
-    }
-    lib.resolve(d, &symbol)
 }
 
 /// The device kernel handle of the kernel whose host stub is `host_stub`
@@ -159,9 +144,10 @@ pub extern "C" fn offload_loader_kernel(
         if handle.is_null() {
             return status(Err(Error::Invalid("null handle pointer")));
         }
-        let found = libraries::kernel(host_stub as usize);
+        runtime::settle();
+        let found = registry::kernel(host_stub as usize);
         let what = || format!("kernel with host stub {host_stub:p}");
-        status(lookup(found, what, device).map(|(h, _)| {
+        status(runtime::lookup(found, device.into(), what).map(|(h, _)| {
             // SAFETY: checked non-null above.
             unsafe { *handle = h };
         }))
@@ -181,9 +167,10 @@ pub extern "C" fn offload_loader_kernel_by_name(
         }
         // SAFETY: the caller passes a NUL-terminated string.
         let name = unsafe { CStr::from_ptr(name) };
-        let found = libraries::kernel_by_name(name);
+        runtime::settle();
+        let found = registry::kernel_by_name(name);
         let what = || format!("kernel {}", name.to_string_lossy());
-        status(lookup(found, what, device).map(|(h, _)| {
+        status(runtime::lookup(found, device.into(), what).map(|(h, _)| {
             // SAFETY: checked non-null above.
             unsafe { *handle = h };
         }))
@@ -199,9 +186,10 @@ pub extern "C" fn offload_loader_variable(
     size: *mut u64,
 ) -> c_int {
     guard(INTERNAL, || {
-        let found = libraries::variable(host_var as usize);
+        runtime::settle();
+        let found = registry::variable(host_var as usize);
         let what = || format!("variable with host address {host_var:p}");
-        status(lookup(found, what, device).map(|(a, s)| {
+        status(runtime::lookup(found, device.into(), what).map(|(a, s)| {
             // SAFETY: non-null out-pointers provided by the caller.
             unsafe {
                 if !address.is_null() {
@@ -219,9 +207,10 @@ pub extern "C" fn offload_loader_variable(
 #[no_mangle]
 pub extern "C" fn offload_loader_symbol_count(library: c_int) -> c_int {
     guard(NOT_FOUND, || {
+        runtime::settle();
         usize::try_from(library)
             .ok()
-            .and_then(libraries::symbol_count)
+            .and_then(registry::symbol_count)
             .map_or(NOT_FOUND, |n| n.try_into().unwrap_or(c_int::MAX))
     })
 }
@@ -230,5 +219,5 @@ pub extern "C" fn offload_loader_symbol_count(library: c_int) -> c_int {
 /// call into this library from the same thread.
 #[no_mangle]
 pub extern "C" fn offload_loader_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ref().map_or(std::ptr::null(), |c| c.as_ptr()))
+    abi::last_error()
 }

@@ -3,7 +3,7 @@
 //! without an allocation; HIP and CUDA handles name its slots.
 //!
 //! A fat binary's slot records where the fat binary is and which object holds
-//! it; the library record (`libraries::Library`) is made from it at first use,
+//! it; the library record (`library::Library`) is made from it at first use,
 //! as HIP defers its fat binaries. A slot's state is its only mutable part
 //! after it is written: published with release ordering once its fields are
 //! stored, and moved from live to released by one compare-and-swap, so a
@@ -12,9 +12,27 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
+use offload_loader::target::OffloadKind;
 use once_cell::race::OnceBox;
 
-use crate::libraries::Runtime;
+/// The language runtime a library registered through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Runtime {
+    Hip,
+    OpenMp,
+    /// nvcc's `__cudaRegisterFatBinary` (see `cuda.rs`).
+    Cuda,
+}
+
+impl Runtime {
+    pub(crate) fn offload_kind(self) -> OffloadKind {
+        match self {
+            Runtime::Hip => OffloadKind::Hip,
+            Runtime::OpenMp => OffloadKind::OpenMp,
+            Runtime::Cuda => OffloadKind::Cuda,
+        }
+    }
+}
 
 /// A slot's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

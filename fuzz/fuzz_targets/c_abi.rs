@@ -18,28 +18,36 @@
 
 #[path = "../../ffi/src/abi.rs"]
 mod abi;
-#[path = "../../ffi/src/devices.rs"]
-mod devices;
 #[path = "../../ffi/src/error.rs"]
 mod error;
 #[path = "../../ffi/src/hip.rs"]
 mod hip;
 #[path = "../../ffi/src/info.rs"]
 mod info;
-#[path = "../../ffi/src/libraries.rs"]
-mod libraries;
+#[path = "../../ffi/src/library.rs"]
+mod library;
+#[path = "../../ffi/src/loader_lock.rs"]
+mod loader_lock;
 #[path = "../../ffi/src/lock.rs"]
 mod lock;
 #[path = "../../ffi/src/objects.rs"]
 mod objects;
 #[path = "../../ffi/src/omp.rs"]
 mod omp;
+#[path = "../../ffi/src/process.rs"]
+mod process;
 #[path = "../../ffi/src/query.rs"]
 mod query;
+#[path = "../../ffi/src/registry.rs"]
+mod registry;
+#[path = "../../ffi/src/runtime.rs"]
+mod runtime;
 #[path = "../../ffi/src/slots.rs"]
 mod slots;
+#[path = "../../ffi/src/stack.rs"]
+mod stack;
 
-pub(crate) use abi::{guard, set_last_error, LAST_ERROR};
+pub(crate) use abi::{guard, set_last_error};
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr::{addr_of_mut, null, null_mut};

@@ -34,7 +34,7 @@
 //! | [`bundle`], [`text_bundle`], [`compressed`], [`offload_binary`], [`nv_fatbin`], [`entries`], [`registration`] | one format each; each returns its own records |
 //! | [`select`] | which image a device runs, ranked, with a reason per rejection |
 //! | [`container`] | one section's bytes → containers → [`Image`]s; a [`Container`] is an [`ImageSource`] |
-//! | [`discover`] | offload sections in files and in the running process |
+//! | [`discover`] | offload sections in files, archives and raw containers |
 
 #![deny(missing_docs)]
 

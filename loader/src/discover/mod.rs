@@ -1,12 +1,12 @@
-//! Where offload code lives: sections of ELF files, archive members, raw
-//! container files ([`file`]), and the objects loaded in this process ([`process`]).
+//! Where offload code lives: sections of ELF files, archive members and raw
+//! container files ([`file`]). (The objects loaded in a process are the
+//! runtime's business: `offload-loader-ffi` finds its registrations there.)
 //!
 //! Only section headers and container headers are read; files are memory-mapped
 //! so the pages of images nobody asks for are never touched.
 
 mod descriptor;
 pub mod file;
-pub mod process;
 mod quick;
 
 use std::fmt;

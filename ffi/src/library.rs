@@ -1,0 +1,511 @@
+//! A registered library and the memory a reader may touch.
+//!
+//! A library's images live in the memory of the object that registered it,
+//! which `dlclose` unmaps right after the object's destructor unregisters
+//! them. So nothing here holds a `'static` borrow that escapes: the bytes are
+//! reached only through [`Library::enter`], which counts the reader, and
+//! [`Library::revoke`] (called by unregistration) stops new readers and waits
+//! for the current ones before the destructor returns to `dlclose`.
+//!
+//! That wait is safe because a [`Reading`] only parses, selects, copies and
+//! builds text (rule 1 of [`crate::loader_lock`]): every method here is pure
+//! work on memory, so a reader always leaves. What needs a device or a driver
+//! (the selection's devices, the loaded modules) is handed in by, or stored
+//! for, `runtime`, which does it with no library entered.
+
+use std::borrow::Cow;
+use std::ffi::{c_char, CStr};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use offload_detect::{Detection, Device, LoadedImage};
+use offload_loader::{select, Container, Content, Image, ImageSource, Limits, Policy, Selection};
+use once_cell::race::OnceBox;
+use once_cell::sync::OnceCell;
+
+use crate::error::Error;
+use crate::loader_lock::Inside;
+use crate::objects::Pin;
+use crate::process::{self, ObjectName};
+use crate::slots::{Fatbin, Runtime};
+
+/// A library's images and where their bytes are. The `'static` lifetimes are
+/// erased borrows of the registering object's memory: they are only handed
+/// out, with a shorter lifetime, through a [`Reading`].
+pub(crate) enum Images {
+    /// A bundle or compressed bundle in this process's memory, parsed at
+    /// first use (as HIP defers its fat binaries): registering it costs no
+    /// more than recording where it is.
+    Fatbin {
+        /// From the fat binary to the end of its segment; `None` when the
+        /// wrapper points into no loaded segment.
+        bytes: Option<&'static [u8]>,
+        /// Published with one compare-and-swap, never initialised under a
+        /// lock (a thread forked away mid-parse leaves no waiter behind).
+        parsed: OnceBox<Result<Container<'static>, offload_loader::Error>>,
+    },
+    /// Images listed by a `__tgt_bin_desc`, with each image's code in this
+    /// process's memory.
+    Listed {
+        images: Vec<Image>,
+        code: Vec<&'static [u8]>,
+    },
+}
+
+/// Where a library came from, kept as addresses; the text is made only when
+/// a message needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Origin {
+    pub object: ObjectName,
+    /// `fatbin` or `descriptor`.
+    pub what: &'static str,
+    pub address: usize,
+}
+
+/// A registered kernel or variable. `name` is borrowed from the registering
+/// object's read-only data (a NUL-terminated string), read only while the
+/// library is entered or the registry's lock is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Symbol {
+    /// The host-side address: kernel stub or shadow variable.
+    pub host: usize,
+    /// The device-side name: address of a NUL-terminated string.
+    pub name: usize,
+    /// What it is.
+    pub kind: SymbolKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SymbolKind {
+    Kernel,
+    Variable { size: u64 },
+    Managed { size: u64 },
+    Surface,
+    Texture,
+}
+
+/// A device's loaded image: loaded once, or the reason it could not be.
+pub(crate) type ModuleCell = OnceCell<Result<Arc<LoadedImage>, Error>>;
+
+/// What the runtime made of a library for one detection: the selection for
+/// each device and, at first use, the module loaded on each. A detection in
+/// which a driver timed out is replaced by a later one (see
+/// `offload_detect::devices`), and a library gets one of these per
+/// detection it met, so nothing made for a provisional device list is used
+/// for the final one. Never freed before the library: module handles the
+/// runtime gave out stay valid while it is registered.
+pub(crate) struct Made {
+    /// The detection it was made for (compared by address: detections are
+    /// never freed).
+    detection: *const Detection,
+    pub selections: Vec<Selection>,
+    pub modules: Vec<ModuleCell>,
+    next: *mut Made,
+}
+
+// SAFETY: `detection` and `next` are only compared and followed, never
+// written after publication; the rest is `Send + Sync`.
+unsafe impl Send for Made {}
+// SAFETY: as above.
+unsafe impl Sync for Made {}
+
+/// One registered library (one fat binary or one OpenMP descriptor).
+pub(crate) struct Library {
+    pub id: usize,
+    origin: Origin,
+    source: Images,
+    pub runtime: Runtime,
+    /// What the runtime made, per detection: a list pushed by compare-and-swap.
+    made: AtomicPtr<Made>,
+    /// Inflated copies of images handed to C callers, by image index, kept
+    /// while the library lives (`offload_loader_selected_image`).
+    kept: OnceBox<Vec<OnceBox<Vec<u8>>>>,
+    /// Threads reading the library's memory now.
+    readers: AtomicUsize,
+    /// Set by [`Library::revoke`]: no new reader may enter.
+    revoked: AtomicBool,
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        let mut p = *self.made.get_mut();
+        while !p.is_null() {
+            // SAFETY: every node was leaked by `publish` and is freed once,
+            // here, where no one else can reach the list.
+            let node = unsafe { Box::from_raw(p) };
+            p = node.next;
+        }
+    }
+}
+
+impl Library {
+    /// Library `id`, registered and not yet used.
+    pub(crate) fn new(id: usize, origin: Origin, source: Images, runtime: Runtime) -> Library {
+        Library {
+            id,
+            origin,
+            source,
+            runtime,
+            made: AtomicPtr::new(std::ptr::null_mut()),
+            kept: OnceBox::new(),
+            readers: AtomicUsize::new(0),
+            revoked: AtomicBool::new(false),
+        }
+    }
+
+    /// The record of the fat binary in slot `id`: its bytes run from its
+    /// address to the end of the segment that holds it, found in the pinned
+    /// object or else by a lookup (which may take the loader's lock: never
+    /// called inside a reader or the registry's lock); a fat binary in no
+    /// loaded segment is a library whose parse failed.
+    pub(crate) fn from_slot(id: usize, fatbin: Fatbin) -> Library {
+        let segment = Pin::from_raw(fatbin.pin)
+            .and_then(|pin| pin.segment(fatbin.start))
+            .or_else(|| Some(process::locate(fatbin.start)?.segment));
+        // SAFETY: the range lies in a loaded segment of the registering
+        // object, which stays loaded until its destructor unregisters this fat
+        // binary; the library reaches these bytes only until `revoke`.
+        let bytes = segment.map(|s| unsafe { process::memory(fatbin.start..s.end) });
+        Library::new(
+            id,
+            Origin {
+                object: ObjectName::from_raw(fatbin.object),
+                what: "fatbin",
+                address: fatbin.start,
+            },
+            Images::Fatbin {
+                bytes,
+                parsed: OnceBox::new(),
+            },
+            fatbin.runtime,
+        )
+    }
+
+    /// Enters the library, or `None` once it is revoked.
+    pub(crate) fn enter(&self) -> Option<Reading<'_>> {
+        // Paired with `revoke`: a reader either sees `revoked`, or is counted
+        // before `revoke` reads the count (both sequentially consistent).
+        self.readers.fetch_add(1, Ordering::SeqCst);
+        let reading = Reading {
+            lib: self,
+            _inside: Inside::enter(),
+        };
+        (!self.revoked.load(Ordering::SeqCst)).then_some(reading)
+    }
+
+    /// Stops new readers and waits for the current ones to leave. Readers
+    /// only do pure work (rule 1 of `loader_lock`), so the wait ends even
+    /// when the caller holds the dynamic loader's lock.
+    pub(crate) fn revoke(&self) {
+        self.revoked.store(true, Ordering::SeqCst);
+        let mut spins = 0u32;
+        while self.readers.load(Ordering::SeqCst) != 0 {
+            spins += 1;
+            if spins < 100 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// The threads that were reading do not exist in a forked child.
+    pub(crate) fn forget_readers(&self) {
+        self.readers.store(0, Ordering::SeqCst);
+    }
+
+    /// What was made for `detection`, if it was.
+    pub(crate) fn made(&self, detection: &Detection) -> Option<&Made> {
+        let mut p = self.made.load(Ordering::Acquire);
+        // SAFETY: nodes are published with release ordering and freed only
+        // when the library is dropped, which `&self` rules out.
+        while let Some(node) = unsafe { p.as_ref() } {
+            if std::ptr::eq(node.detection, detection) {
+                return Some(node);
+            }
+            p = node.next;
+        }
+        None
+    }
+
+    /// Publishes `selections` for `detection`, unless another thread did
+    /// first: the record to use, and whether it is this call's.
+    pub(crate) fn publish(
+        &self,
+        detection: &Detection,
+        selections: Vec<Selection>,
+    ) -> (&Made, bool) {
+        let modules = selections.iter().map(|_| ModuleCell::new()).collect();
+        let node = Box::into_raw(Box::new(Made {
+            detection,
+            selections,
+            modules,
+            next: std::ptr::null_mut(),
+        }));
+        loop {
+            if let Some(made) = self.made(detection) {
+                // SAFETY: `node` was never published.
+                drop(unsafe { Box::from_raw(node) });
+                return (made, false);
+            }
+            let head = self.made.load(Ordering::Acquire);
+            // SAFETY: `node` is ours until the exchange below publishes it.
+            unsafe { (*node).next = head };
+            if self
+                .made
+                .compare_exchange(head, node, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                // SAFETY: published: lives until the library is dropped.
+                return (unsafe { &*node }, true);
+            }
+        }
+    }
+}
+
+/// A library entered by a reader: its memory stays mapped while this lives.
+pub(crate) struct Reading<'a> {
+    lib: &'a Library,
+    _inside: Inside,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.lib.readers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl ImageSource for Reading<'_> {
+    fn images(&self) -> &[Image] {
+        match &self.lib.source {
+            Images::Fatbin { .. } => self.container().map_or(&[], |c| c.images()),
+            Images::Listed { images, .. } => images,
+        }
+    }
+
+    fn read_content(&self, index: usize) -> Option<Content> {
+        match &self.lib.source {
+            Images::Fatbin { .. } => self.container().ok()?.read_content(index),
+            Images::Listed { code, .. } => code.get(index).map(|code| Content::read(code)),
+        }
+    }
+}
+
+impl Reading<'_> {
+    pub(crate) fn id(&self) -> usize {
+        self.lib.id
+    }
+
+    /// The fat binary's container, parsed now if it was not yet.
+    fn container(&self) -> Result<&Container<'_>, &offload_loader::Error> {
+        let Images::Fatbin { bytes, parsed } = &self.lib.source else {
+            unreachable!("only fat binaries have a container")
+        };
+        let parsed = parsed.get_or_init(|| {
+            Box::new(match bytes {
+                Some(bytes) => Container::parse(bytes, &Limits::default()),
+                None => Err(offload_loader::Error::new(
+                    8,
+                    offload_loader::ErrorKind::Malformed {
+                        what: "the wrapper's fat binary pointer",
+                        why: "it points into no loaded segment",
+                    },
+                )),
+            })
+        });
+        parsed.as_ref()
+    }
+
+    /// Why the library's images cannot be listed, if they cannot: a fat
+    /// binary that does not parse, said after "no compatible image".
+    pub(crate) fn unreadable(&self) -> String {
+        match &self.lib.source {
+            Images::Fatbin { .. } => self
+                .container()
+                .err()
+                .map(|e| format!(" (its fat binary cannot be read: {e})"))
+                .unwrap_or_default(),
+            Images::Listed { .. } => String::new(),
+        }
+    }
+
+    /// The message for a fat binary that does not parse, if it does not.
+    pub(crate) fn parse_failure(&self) -> Option<String> {
+        match &self.lib.source {
+            Images::Fatbin { .. } => self
+                .container()
+                .err()
+                .map(|e| format!("{}: {e}", self.origin())),
+            Images::Listed { .. } => None,
+        }
+    }
+
+    /// `<object path> fatbin at 0x…`: built now, for a message.
+    pub(crate) fn origin(&self) -> String {
+        let o = self.lib.origin;
+        // SAFETY: the library is entered, so its object is still loaded.
+        let path = unsafe { o.object.path() };
+        format!("{} {} at {:#x}", path.display(), o.what, o.address)
+    }
+
+    /// The selection for each of `devices`, made through
+    /// [`offload_loader::select`], the function `offload-probe` calls.
+    pub(crate) fn select_all(&self, devices: &[Device]) -> Vec<Selection> {
+        let policy = Policy {
+            offload_kind: Some(self.lib.runtime.offload_kind()),
+        };
+        devices
+            .iter()
+            .map(|d| select(&d.target, self, &policy))
+            .collect()
+    }
+
+    /// The bytes of image `index`, borrowed from the process's memory or
+    /// from the library's inflated bundle, or inflated for this call (an
+    /// NVIDIA entry).
+    pub(crate) fn image_bytes(&self, index: usize) -> Result<Cow<'_, [u8]>, Error> {
+        let bad = |source| Error::BadImage {
+            origin: self.origin(),
+            source: Box::new(source),
+        };
+        match &self.lib.source {
+            Images::Fatbin { .. } => match self.container() {
+                Ok(c) => c.image_bytes(index).map_err(bad),
+                Err(e) => Err(bad(e.clone())),
+            },
+            Images::Listed { code, .. } => code
+                .get(index)
+                .map(|b| Cow::Borrowed(*b))
+                .ok_or_else(|| Error::NoSymbol(format!("image {index} of {}", self.origin()))),
+        }
+    }
+
+    /// The bytes of image `index` as a C caller keeps them: valid while the
+    /// library is registered. An image inflated per call (an NVIDIA entry)
+    /// is inflated once and kept by the library.
+    pub(crate) fn kept_image(&self, index: usize) -> Result<&[u8], Error> {
+        let bytes = match self.image_bytes(index)? {
+            Cow::Borrowed(b) => return Ok(b),
+            Cow::Owned(v) => v,
+        };
+        let count = self.images().len();
+        let kept = self
+            .lib
+            .kept
+            .get_or_init(|| Box::new((0..count).map(|_| OnceBox::new()).collect()));
+        let cell = kept.get(index).ok_or(Error::NoImage(format!(
+            "image {index} of {}",
+            self.origin()
+        )))?;
+        Ok(cell.get_or_init(|| Box::new(bytes)).as_slice())
+    }
+
+    /// The symbol's name, copied from the object's memory.
+    pub(crate) fn name(&self, symbol: &Symbol) -> String {
+        // SAFETY: `symbol.name` is a NUL-terminated string in the object that
+        // registered this library, which stays loaded while it is entered.
+        unsafe { CStr::from_ptr(symbol.name as *const c_char) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// HIP's "no binary for GPU" for `device` (the target `target`), with
+    /// the reasons of the closest candidates.
+    pub(crate) fn no_binary_message(
+        &self,
+        selection: &Selection,
+        device: usize,
+        target: &str,
+    ) -> String {
+        let images = self.images();
+        let mut why: Vec<String> = selection
+            .rejected
+            .iter()
+            .filter(|(i, _)| !images[*i].is_host())
+            .map(|(i, r)| format!("[{i}] {}: {r}", images[*i].id))
+            .collect();
+        why.truncate(8);
+        format!(
+            "no binary for GPU: device {device} ({target}) has no compatible image in {}; {}",
+            self.origin(),
+            if why.is_empty() {
+                "it holds no device image".into()
+            } else {
+                why.join("; ")
+            }
+        )
+    }
+
+    /// What to say about `selections` (for `devices`): one line per device
+    /// when `info`; a device with no image for code of its own vendor is a
+    /// warning in any case. Built here, said by the caller once it has left.
+    pub(crate) fn report(
+        &self,
+        devices: &[Device],
+        selections: &[Selection],
+        info: bool,
+    ) -> Vec<Message> {
+        let images = self.images();
+        let mut out = Vec::new();
+        if devices.is_empty() && info {
+            out.push(Message::Info(format!(
+                "library {} ({}): {} images, no GPU found",
+                self.id(),
+                self.origin(),
+                images.len()
+            )));
+        }
+        for (d, (device, selection)) in devices.iter().zip(selections).enumerate() {
+            match selection.chosen {
+                Some(i) if info => {
+                    let lost: Vec<String> = selection
+                        .rejected
+                        .iter()
+                        .filter(|(i, _)| !images[*i].is_host())
+                        .map(|(i, r)| format!("[{i}] {}: {r}", images[*i].arch))
+                        .collect();
+                    out.push(Message::Info(format!(
+                        "library {} ({}): device {d} {} loads [{i}] {}{}",
+                        self.id(),
+                        self.origin(),
+                        device.target,
+                        images[i].id,
+                        if lost.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; not {}", lost.join("; "))
+                        }
+                    )));
+                }
+                Some(_) => {}
+                None if images
+                    .iter()
+                    .any(|i| i.triple.gpu_vendor() == Some(device.target.vendor())) =>
+                {
+                    let target = device.target.to_string();
+                    out.push(Message::Warning(
+                        self.no_binary_message(selection, d, &target),
+                    ));
+                }
+                None if info => out.push(Message::Info(format!(
+                    "library {} ({}): device {d} {}: no {} code in this library",
+                    self.id(),
+                    self.origin(),
+                    device.target,
+                    device.target.vendor()
+                ))),
+                None => {}
+            }
+        }
+        out
+    }
+}
+
+/// A message made inside a reader, said outside it (see `info::say`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Message {
+    /// An `OFFLOAD_LOADER_INFO` line.
+    Info(String),
+    /// A warning: stderr, `tracing` and the thread's last error.
+    Warning(String),
+}

@@ -1,0 +1,393 @@
+//! The index of what is registered: library records by id, kernels and
+//! variables by host address and by name, OpenMP descriptors, under one
+//! fork-safe lock (see [`crate::lock`]).
+//!
+//! Registration itself takes no lock (see [`crate::slots`]); the lock guards
+//! the maps, and its holder only looks up, inserts and removes (rule 1 of
+//! [`crate::loader_lock`]): a destructor that unregisters takes it, possibly
+//! under the dynamic loader's lock, so no holder may wait for anything. A
+//! fat binary's record is made at first use outside the lock (finding its
+//! segment may walk the loaded objects) and inserted under it, only while
+//! its slot is still live.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, CStr};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::sync::Arc;
+
+use crate::library::{Images, Library, Origin, Symbol, SymbolKind};
+use crate::loader_lock::Inside;
+use crate::lock::ForkSafeMutex;
+use crate::slots::{self, Fatbin, Runtime, State};
+
+/// A multiplicative hash for addresses and short names (FxHash's constant):
+/// the keys are not chosen by an adversary who gains from collisions.
+#[derive(Default)]
+pub(crate) struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut v = [0u8; 8];
+            v[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(v));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// A NUL-terminated name in a registered object's memory, compared by content.
+#[derive(Clone, Copy)]
+struct NameKey(usize);
+
+impl NameKey {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: a key is in the map only while its library is registered
+        // (its object loaded: unregistration removes it under the lock before
+        // the object can be unmapped); a key built for a query lives during
+        // the call.
+        unsafe { CStr::from_ptr(self.0 as *const c_char) }.to_bytes()
+    }
+}
+
+impl PartialEq for NameKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+impl Eq for NameKey {}
+impl Hash for NameKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.bytes().hash(state)
+    }
+}
+
+/// A symbol: its library's id and its index there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SymbolRef {
+    library: usize,
+    index: usize,
+}
+
+/// Everything registered. Ids are the slots' (see [`crate::slots`]): never
+/// reused, and issued without this lock.
+#[derive(Default)]
+pub(crate) struct Registry {
+    /// By id: the library records made so far (a fat binary's at first use).
+    libraries: Vec<Option<Arc<Library>>>,
+    /// The symbols of each library, by id.
+    symbols: Vec<Vec<Symbol>>,
+    kernels: FastMap<usize, SymbolRef>,
+    variables: FastMap<usize, SymbolRef>,
+    /// Kernels by name: built at the first lookup by name, kept up to date after.
+    kernel_names: Option<FastMap<NameKey, SymbolRef>>,
+    /// OpenMP: descriptor address → library id.
+    pub descriptors: FastMap<usize, usize>,
+    /// AOMP image infos waiting for the next descriptor: image number → target ID.
+    pub image_info: Vec<(i32, String)>,
+    /// Requirement flags from `__tgt_register_requires`.
+    pub requires: i64,
+}
+
+/// `v[at] = value`, growing `v` as needed.
+fn set<T: Default>(v: &mut Vec<T>, at: usize, value: T) {
+    if v.len() <= at {
+        v.resize_with(at + 1, T::default);
+    }
+    v[at] = value;
+}
+
+/// Whether slot `id` is a registered library.
+fn is_live(id: usize) -> bool {
+    slots::get(id).is_some_and(|s| matches!(s.state(), State::Fatbin | State::Descriptor))
+}
+
+fn after_fork(registry: &mut Option<Registry>) {
+    // The threads that were reading libraries do not exist in the child.
+    if let Some(r) = registry {
+        for l in r.libraries.iter().flatten() {
+            l.forget_readers();
+        }
+    }
+}
+
+static REGISTRY: ForkSafeMutex<Option<Registry>> = ForkSafeMutex::new(None, after_fork);
+
+/// Installs the registry's `fork` handlers (see [`crate::lock`]).
+pub(crate) fn install_fork_handlers() {
+    REGISTRY.install();
+}
+
+/// Runs `f` on the registry, under its lock (pure work only: see the module docs).
+pub(crate) fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
+    let mut guard = REGISTRY.lock();
+    let _inside = Inside::enter();
+    f(guard.get_or_insert_with(Registry::default))
+}
+
+/// Registers a library listed by a descriptor and returns its id.
+pub(crate) fn register(runtime: Runtime, origin: Origin, source: Images) -> usize {
+    let id = slots::push(State::Descriptor, None);
+    let library = Arc::new(Library::new(id, origin, source, runtime));
+    with(|r| set(&mut r.libraries, id, Some(library)));
+    id
+}
+
+/// Registers the fat binary recorded by `fatbin` (`None`: it could not be
+/// registered) and returns its handle and, when registered, its id. No lock:
+/// the record is made at first use.
+pub(crate) fn register_fatbin(fatbin: Option<Fatbin>, runtime: Runtime) -> (usize, Option<usize>) {
+    let id = match fatbin {
+        Some(f) => slots::push(State::Fatbin, Some(f)),
+        None => slots::push(
+            State::Failed,
+            Some(Fatbin {
+                runtime,
+                object: 0,
+                start: 0,
+                pin: 0,
+            }),
+        ),
+    };
+    (slots::handle(id), fatbin.map(|_| id))
+}
+
+/// What a HIP handle names.
+pub(crate) enum HandleState {
+    /// A registered library.
+    Library(usize),
+    /// Issued for a fat binary that failed to register.
+    Failed,
+    /// Never issued, or already released.
+    Unknown,
+}
+
+pub(crate) fn handle(handle: usize) -> HandleState {
+    match slots::from_handle(handle) {
+        Some((id, slot)) => match slot.state() {
+            State::Fatbin => HandleState::Library(id),
+            State::Failed => HandleState::Failed,
+            _ => HandleState::Unknown,
+        },
+        None => HandleState::Unknown,
+    }
+}
+
+/// Releases a HIP handle: the library it names, if any, or `None` when the
+/// handle was never issued or was already released. A handle is released
+/// once: the second of two racing releases gets `None`.
+pub(crate) fn release_handle(handle: usize) -> Option<Option<usize>> {
+    let (id, slot) = slots::from_handle(handle)?;
+    if slot.release(State::Fatbin) {
+        Some(Some(id))
+    } else if slot.release(State::Failed) {
+        Some(None)
+    } else {
+        None
+    }
+}
+
+/// Number of libraries ever registered, fat binaries that failed included
+/// (ids run from 0 to it).
+pub(crate) fn count() -> usize {
+    slots::len()
+}
+
+/// The library with this id, if still registered: a fat binary's record is
+/// made the first time, outside the lock (see the module docs).
+pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
+    let existing = with(|r| match r.libraries.get(id) {
+        Some(Some(library)) => Some(Ok(library.clone())),
+        _ => is_live(id).then_some(Err(())),
+    })?;
+    if let Ok(library) = existing {
+        return Some(library);
+    }
+    let slot = slots::get(id)?;
+    if slot.state() != State::Fatbin {
+        return None;
+    }
+    let made = Arc::new(Library::from_slot(id, slot.fatbin()?));
+    with(|r| {
+        if let Some(Some(library)) = r.libraries.get(id) {
+            return Some(library.clone());
+        }
+        // Unregistration releases the slot before it takes the lock to
+        // remove the record: a record inserted while the slot is live is
+        // one it will find and revoke.
+        (slot.state() == State::Fatbin).then(|| {
+            set(&mut r.libraries, id, Some(made.clone()));
+            made
+        })
+    })
+}
+
+/// Number of symbols of library `id`, if registered.
+pub(crate) fn symbol_count(id: usize) -> Option<usize> {
+    with(|r| is_live(id).then(|| r.symbols.get(id).map_or(0, Vec::len)))
+}
+
+/// The symbols of library `id`, if registered.
+pub(crate) fn symbols(id: usize) -> Vec<Symbol> {
+    with(|r| r.symbols.get(id).cloned().unwrap_or_default())
+}
+
+/// Adds a symbol to library `id`.
+pub(crate) fn add_symbol(id: usize, symbol: Symbol) -> Result<(), crate::error::Error> {
+    with(|r| {
+        if !is_live(id) {
+            return Err(crate::error::Error::NoLibrary(id as i64));
+        }
+        if r.symbols.len() <= id {
+            r.symbols.resize_with(id + 1, Vec::new);
+        }
+        let at = SymbolRef {
+            library: id,
+            index: r.symbols[id].len(),
+        };
+        r.symbols[id].push(symbol);
+        let map = match symbol.kind {
+            SymbolKind::Kernel => {
+                if let Some(names) = &mut r.kernel_names {
+                    names.entry(NameKey(symbol.name)).or_insert(at);
+                }
+                &mut r.kernels
+            }
+            _ => &mut r.variables,
+        };
+        // The first registration of a host address wins, as in a scan in
+        // registration order.
+        map.entry(symbol.host).or_insert(at);
+        Ok(())
+    })
+}
+
+/// Removes library `id` (a fat binary's handle already released, or a
+/// descriptor's) and its symbols from the index, and returns its record if
+/// one was made; `None` as well when `id` was not registered (then `false`).
+pub(crate) fn unregister(id: usize) -> (bool, Option<Arc<Library>>) {
+    let Some(slot) = slots::get(id) else {
+        return (false, None);
+    };
+    if !slot.release(State::Descriptor) && slot.state() != State::Released {
+        return (false, None);
+    }
+    let library = with(|r| {
+        if let Some(symbols) = r.symbols.get_mut(id).map(std::mem::take) {
+            for (index, s) in symbols.iter().enumerate() {
+                let at = SymbolRef { library: id, index };
+                let map = if s.kind == SymbolKind::Kernel {
+                    if let Some(names) = &mut r.kernel_names {
+                        if names.get(&NameKey(s.name)) == Some(&at) {
+                            names.remove(&NameKey(s.name));
+                        }
+                    }
+                    &mut r.kernels
+                } else {
+                    &mut r.variables
+                };
+                if map.get(&s.host) == Some(&at) {
+                    map.remove(&s.host);
+                }
+            }
+        }
+        r.libraries.get_mut(id).and_then(Option::take)
+    });
+    (true, library)
+}
+
+/// A symbol found by a lookup: its library's id and the symbol.
+pub(crate) type Found = (usize, Symbol);
+
+fn found(r: &Registry, at: Option<SymbolRef>) -> Option<Found> {
+    let at = at?;
+    let symbol = *r.symbols.get(at.library)?.get(at.index)?;
+    Some((at.library, symbol))
+}
+
+/// The kernel whose host stub is `host`.
+pub(crate) fn kernel(host: usize) -> Option<Found> {
+    with(|r| found(r, r.kernels.get(&host).copied()))
+}
+
+/// The variable whose host shadow is `host`.
+pub(crate) fn variable(host: usize) -> Option<Found> {
+    with(|r| found(r, r.variables.get(&host).copied()))
+}
+
+/// The kernel whose device-side name is `name`.
+pub(crate) fn kernel_by_name(name: &CStr) -> Option<Found> {
+    with(|r| {
+        if r.kernel_names.is_none() {
+            let mut names = FastMap::default();
+            for (id, symbols) in r.symbols.iter().enumerate() {
+                for (index, s) in symbols.iter().enumerate() {
+                    if s.kind == SymbolKind::Kernel {
+                        names
+                            .entry(NameKey(s.name))
+                            .or_insert(SymbolRef { library: id, index });
+                    }
+                }
+            }
+            r.kernel_names = Some(names);
+        }
+        let at = r
+            .kernel_names
+            .as_ref()?
+            .get(&NameKey(name.as_ptr() as usize))
+            .copied();
+        found(r, at)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::ObjectName;
+
+    static NAME: &CStr = c"registry_test_kernel";
+    static OTHER: &CStr = c"registry_test_kernel";
+
+    #[test]
+    fn symbols_are_indexed_by_address_and_name_until_unregistered() {
+        let id = register(
+            Runtime::OpenMp,
+            Origin {
+                object: ObjectName::from_raw(0),
+                what: "descriptor",
+                address: 0,
+            },
+            Images::Listed {
+                images: Vec::new(),
+                code: Vec::new(),
+            },
+        );
+        let k = Symbol {
+            host: 0x1000 + id,
+            name: NAME.as_ptr() as usize,
+            kind: SymbolKind::Kernel,
+        };
+        add_symbol(id, k).unwrap();
+        assert_eq!(kernel(0x1000 + id), Some((id, k)));
+        // By content, not address: another string with the same bytes.
+        assert_eq!(kernel_by_name(OTHER).map(|f| f.0), Some(id));
+        assert_eq!(symbol_count(id), Some(1));
+        assert!(library(id).is_some());
+        let (was, record) = unregister(id);
+        assert!(was && record.is_some());
+        assert_eq!(kernel(0x1000 + id), None);
+        assert_eq!(symbol_count(id), None);
+        assert!(library(id).is_none());
+        assert!(add_symbol(id, k).is_err());
+    }
+}

@@ -1,0 +1,319 @@
+//! The effects: detecting devices, selecting for them, loading the selected
+//! images through the driver and resolving symbols in them, unloading what
+//! unregistered libraries loaded, and saying what happened.
+//!
+//! Everything here runs with no library entered and no lock held (rule 3 of
+//! [`crate::loader_lock`]): each step that needs a library's memory enters
+//! it, copies what it needs (selections, an image's bytes, a name, message
+//! text) and leaves before the next effect. Each effect first calls
+//! [`loader_lock::check`]. Destructors never unload here: an unregistered
+//! library is retired ([`retire`]) and its modules unloaded by the next query
+//! ([`settle`]); a registration under `OFFLOAD_LOADER_EAGER=1` is loaded there
+//! too, since loading from the constructor could wait on a driver that waits
+//! for the loader's lock the constructor holds.
+
+use std::sync::Arc;
+
+use offload_detect::{Detection, Device, LoadedImage};
+use once_cell::race::OnceBool;
+
+use crate::error::Error;
+use crate::info;
+use offload_loader::ImageSource;
+
+use crate::library::{Library, Made, Message, Symbol, SymbolKind};
+use crate::loader_lock;
+use crate::objects::{self, Pin};
+use crate::registry;
+use crate::slots;
+use crate::stack::Stack;
+
+/// Libraries registered under `OFFLOAD_LOADER_EAGER=1`, by id, to load at
+/// the next query.
+static EAGER: Stack<usize> = Stack::new();
+/// Unregistered libraries whose modules the next query unloads.
+static RETIRED: Stack<Arc<Library>> = Stack::new();
+
+static EAGER_ON: OnceBool = OnceBool::new();
+
+fn eager() -> bool {
+    EAGER_ON.get_or_init(|| std::env::var_os("OFFLOAD_LOADER_EAGER").is_some_and(|v| v == "1"))
+}
+
+/// The devices of this process, detected once (each driver under its time
+/// limit; a driver that timed out is asked again later, see
+/// `offload_detect::devices`).
+pub(crate) fn detection() -> &'static Detection {
+    loader_lock::check("device detection");
+    info::init();
+    offload_detect::devices()
+}
+
+/// The devices of [`detection`].
+pub(crate) fn devices() -> &'static [Device] {
+    &detection().devices
+}
+
+/// Called by registration (maybe in a constructor): with
+/// `OFFLOAD_LOADER_EAGER=1`, library `id` is loaded at the next query.
+pub(crate) fn registered(id: usize) {
+    if eager() {
+        EAGER.push(id);
+    }
+}
+
+/// Done first by every query: unloads the modules of libraries unregistered
+/// since the last one, and loads the libraries registered eagerly since.
+pub(crate) fn settle() {
+    loader_lock::check("settling retired and eager libraries");
+    // Dropping the last reference unloads (`hsa_executable_destroy`,
+    // `cuModuleUnload`, the context's release) on this thread.
+    drop(RETIRED.take());
+    let pending = EAGER.take();
+    if pending.is_empty() {
+        return;
+    }
+    let detection = detection();
+    for id in pending {
+        if let Some(library) = registry::library(id) {
+            load_everything(&library, detection);
+        }
+    }
+}
+
+/// `OFFLOAD_LOADER_EAGER=1`: loads the selected image on every device and
+/// resolves every registered symbol; failures become the last error.
+fn load_everything(library: &Library, detection: &'static Detection) {
+    let Some(made) = made(library, detection) else {
+        return;
+    };
+    let symbols = registry::symbols(library.id);
+    for device in 0..made.selections.len() {
+        if made.selections[device].chosen.is_none() {
+            continue;
+        }
+        if let Err(e) = module(library, detection, made, device) {
+            crate::set_last_error(e.to_string());
+            continue;
+        }
+        for symbol in &symbols {
+            if let Err(e) = resolve_in(library, detection, made, device, symbol) {
+                crate::set_last_error(e.to_string());
+            }
+        }
+    }
+}
+
+/// What was made of `library` for `detection`: the selection for each
+/// device, made (and reported, by the thread that publishes it) the first
+/// time; `None` once the library is unregistered.
+pub(crate) fn made<'l>(library: &'l Library, detection: &'static Detection) -> Option<&'l Made> {
+    if let Some(made) = library.made(detection) {
+        return Some(made);
+    }
+    let (selections, messages) = {
+        let reading = library.enter()?;
+        let selections = reading.select_all(&detection.devices);
+        let mut messages = reading.report(&detection.devices, &selections, info::enabled());
+        if let Some(failure) = reading.parse_failure() {
+            messages.insert(0, Message::Warning(failure));
+        }
+        (selections, messages)
+    };
+    let (made, ours) = library.publish(detection, selections);
+    if ours {
+        info::say(messages);
+    }
+    Some(made)
+}
+
+/// `<object> fatbin at 0x…`, or the library's id once it is unregistered.
+fn origin(library: &Library) -> String {
+    match library.enter() {
+        Some(reading) => reading.origin(),
+        None => format!("library {} (unregistered)", library.id),
+    }
+}
+
+/// The module loaded from `library` on `device`, loading it the first time.
+/// Two threads may both load; the loser's module is unloaded as it drops.
+pub(crate) fn module(
+    library: &Library,
+    detection: &'static Detection,
+    made: &Made,
+    device: usize,
+) -> Result<Arc<LoadedImage>, Error> {
+    let cell = made
+        .modules
+        .get(device)
+        .ok_or(Error::NoDevice(device as i64))?;
+    if let Some(loaded) = cell.get() {
+        return loaded.clone();
+    }
+    let loaded = load(library, detection, made, device);
+    let _ = cell.set(loaded.clone());
+    cell.get().cloned().unwrap_or(loaded)
+}
+
+/// Copies the image selected for `device` out of the library, then loads
+/// the copy: the driver never reads the library's memory, so no reader is
+/// counted while it works.
+fn load(
+    library: &Library,
+    detection: &'static Detection,
+    made: &Made,
+    device: usize,
+) -> Result<Arc<LoadedImage>, Error> {
+    let selection = made
+        .selections
+        .get(device)
+        .ok_or(Error::NoDevice(device as i64))?;
+    let target = detection
+        .devices
+        .get(device)
+        .ok_or(Error::NoDevice(device as i64))?;
+    let (bytes, id, origin) = {
+        let reading = library.enter().ok_or(Error::NoLibrary(library.id as i64))?;
+        let Some(index) = selection.chosen else {
+            return Err(Error::NoImage(reading.no_binary_message(
+                selection,
+                device,
+                &target.target.to_string(),
+            )));
+        };
+        let bytes = reading.image_bytes(index)?.into_owned();
+        (
+            bytes,
+            reading.images()[index].id.to_string(),
+            reading.origin(),
+        )
+    };
+    loader_lock::check("a driver load");
+    target
+        .load(&bytes)
+        .map(Arc::new)
+        .map_err(|source| Error::Driver {
+            origin,
+            what: format!("loading {id}"),
+            device,
+            source: Box::new(source),
+        })
+}
+
+/// The device handle or address of `symbol` of `library` on `device`:
+/// kernel handle, or variable address and size; `what` names the symbol in
+/// errors.
+fn resolve(
+    library: &Library,
+    detection: &'static Detection,
+    device: i64,
+    symbol: &Symbol,
+    what: impl Fn() -> String,
+) -> Result<(u64, u64), Error> {
+    // Unregistered since it was found: as if never found.
+    let made = made(library, detection).ok_or_else(|| Error::NoSymbol(what()))?;
+    let d = usize::try_from(device)
+        .ok()
+        .filter(|&d| d < made.selections.len())
+        .ok_or(Error::NoDevice(device))?;
+    if made.selections[d].chosen.is_none() {
+        let reading = library.enter().ok_or_else(|| Error::NoSymbol(what()))?;
+        return Err(Error::NoImage(format!(
+            "{}: device {device} has no compatible image for {}{}",
+            reading.origin(),
+            reading.name(symbol),
+            reading.unreadable()
+        )));
+    }
+    resolve_in(library, detection, made, d, symbol)
+}
+
+/// The symbol a registry lookup found (`None`: nothing registered there),
+/// resolved on `device`; `what` names it in errors.
+pub(crate) fn lookup(
+    found: Option<registry::Found>,
+    device: i64,
+    what: impl Fn() -> String,
+) -> Result<(u64, u64), Error> {
+    let detection = detection();
+    let (id, symbol) = found.ok_or_else(|| Error::NoSymbol(what()))?;
+    let library = registry::library(id).ok_or_else(|| Error::NoSymbol(what()))?;
+    resolve(&library, detection, device, &symbol, what)
+}
+
+fn resolve_in(
+    library: &Library,
+    detection: &'static Detection,
+    made: &Made,
+    device: usize,
+    symbol: &Symbol,
+) -> Result<(u64, u64), Error> {
+    let module = module(library, detection, made, device)?;
+    let name = library
+        .enter()
+        .map(|reading| reading.name(symbol))
+        .ok_or(Error::NoLibrary(library.id as i64))?;
+    loader_lock::check("a driver symbol lookup");
+    match symbol.kind {
+        SymbolKind::Kernel => module.kernel(&name).map(|k| (k.handle, 0)),
+        _ => module.global(&name).map(|g| (g.address, g.size)),
+    }
+    .map_err(|source| Error::Driver {
+        origin: origin(library),
+        what: name,
+        device,
+        source: Box::new(source),
+    })
+}
+
+/// Unregisters library `id` (a fat binary's handle already released, or a
+/// descriptor's) from a destructor, and returns only once no reader uses its
+/// memory, so that the object may be unmapped. Its modules are unloaded by
+/// the next query, not here. With `OFFLOAD_LOADER_INFO`, it is reported (with
+/// its selection when the devices are already known: a destructor never
+/// detects).
+pub(crate) fn unregister(id: usize) -> bool {
+    let (was, record) = registry::unregister(id);
+    if !was {
+        return false;
+    }
+    let slot = slots::get(id).and_then(|s| s.fatbin());
+    let record = record.or_else(|| {
+        // A fat binary never used has no record yet: made now to report it.
+        let fatbin = slot.filter(|_| info::enabled())?;
+        Some(Arc::new(Library::from_slot(id, fatbin)))
+    });
+    if let Some(library) = record {
+        if info::enabled() {
+            let messages = library.enter().map(|reading| {
+                let mut messages = Vec::new();
+                if let Some(detection) = offload_detect::detected() {
+                    if library.made(detection).is_none() {
+                        let selections = reading.select_all(&detection.devices);
+                        messages = reading.report(&detection.devices, &selections, true);
+                    }
+                }
+                messages.push(Message::Info(format!(
+                    "library {id} ({}): unregistered",
+                    reading.origin()
+                )));
+                messages
+            });
+            // This thread may hold the loader's lock (a destructor), which
+            // is recursive: saying something waits on no other thread.
+            info::say(messages.unwrap_or_default());
+        }
+        library.revoke();
+        retire(library);
+    }
+    if let Some(pin) = slot.and_then(|f| Pin::from_raw(f.pin)) {
+        objects::unpin(pin);
+    }
+    true
+}
+
+/// Hands an unregistered library to the next query, which unloads its
+/// modules when it drops the last reference.
+fn retire(library: Arc<Library>) {
+    RETIRED.push(library);
+}
