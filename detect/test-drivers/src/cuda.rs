@@ -379,6 +379,15 @@ unsafe fn image_size(p: *const u8) -> usize {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> c_int {
+    // SAFETY: the caller's pointers, passed on as they came.
+    crate::in_driver(true, || unsafe { load_data(module, image) })
+}
+
+/// `cuModuleLoadData` under the driver's lock.
+///
+/// # Safety
+/// As `cuModuleLoadData`: `image` is a complete image, `module` an out-pointer.
+unsafe fn load_data(module: *mut *mut c_void, image: *const c_void) -> c_int {
     let Some(dev) = current_device() else {
         return INVALID_CONTEXT;
     };
@@ -487,9 +496,11 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
 
 #[no_mangle]
 pub extern "C" fn cuModuleUnload(module: *mut c_void) -> c_int {
-    if current_device().is_none() {
-        return INVALID_CONTEXT;
-    }
-    log_call(format!("cuModuleUnload {}", module as usize));
-    SUCCESS
+    crate::in_driver(false, || {
+        if current_device().is_none() {
+            return INVALID_CONTEXT;
+        }
+        log_call(format!("cuModuleUnload {}", module as usize));
+        SUCCESS
+    })
 }

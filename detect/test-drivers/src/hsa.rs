@@ -292,6 +292,10 @@ pub unsafe extern "C" fn hsa_executable_load_agent_code_object(
     _options: *const c_char,
     _loaded: *mut u64,
 ) -> u32 {
+    crate::in_driver(true, || load_code_object(exe, handle, reader))
+}
+
+fn load_code_object(exe: u64, handle: u64, reader: u64) -> u32 {
     if let Some(status) = env_num("FAKE_HSA_LOAD_STATUS") {
         return status as u32;
     }
@@ -328,8 +332,10 @@ pub extern "C" fn hsa_executable_freeze(_exe: u64, _options: *const c_char) -> u
 
 #[no_mangle]
 pub extern "C" fn hsa_executable_destroy(exe: u64) -> u32 {
-    log_call(format!("hsa_executable_destroy {exe}"));
-    SUCCESS
+    crate::in_driver(false, || {
+        log_call(format!("hsa_executable_destroy {exe}"));
+        SUCCESS
+    })
 }
 
 #[no_mangle]

@@ -19,7 +19,14 @@
 //! | `FAKE_CUDA_LOAD_ERROR` | result of `cuModuleLoadData` (e.g. 209) |
 //! | `CUDA_VISIBLE_DEVICES` | applied as the driver does, indices only: set but empty hides all; the first invalid, out-of-range or repeated index ends the list |
 //! | `FAKE_DRIVER_LOG` | file to which each successful load appends `hsa load <target-id> <size> <fnv64>` or `cuda load sm_XY <size> <fnv64>` |
+//! | `FAKE_LOAD_DLOPEN` | a library each load `dlopen`s (and closes) while it holds the driver's lock, as the CUDA driver's PTX JIT loads `libnvidia-ptxjitcompiler` |
 //! | `FAKE_CALL_LOG` | file to which lifecycle calls append a line: `hsa_init`, `hsa_shut_down`, `hsa_executable_destroy`, `hsa_code_object_reader_destroy`, `cuDevicePrimaryCtxRetain <dev>`, `cuDevicePrimaryCtxRelease_v2 <dev>`, `cuModuleUnload <module>` |
+//!
+//! Like the real drivers, the double holds one lock of its own across every
+//! load and unload (`hsa_executable_load_agent_code_object`,
+//! `cuModuleLoadData`, `hsa_executable_destroy`, `cuModuleUnload`): a caller
+//! that unloads under the dynamic loader's lock while another thread loads
+//! with `FAKE_LOAD_DLOPEN` deadlocks here as it would there.
 //!
 //! Symbols resolve when the loaded image holds the name followed by a NUL (as
 //! ELF string tables do), or, in PTX, as a whole identifier; handles and
@@ -67,6 +74,25 @@ fn append(variable: &str, line: &str) {
             let _ = writeln!(f, "{line}");
         }
     }
+}
+
+/// Runs a load (`loading`) or an unload under the driver's lock; a load
+/// first `dlopen`s `FAKE_LOAD_DLOPEN`, holding it.
+fn in_driver<R>(loading: bool, f: impl FnOnce() -> R) -> R {
+    static DRIVER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _held = DRIVER.lock().unwrap_or_else(|e| e.into_inner());
+    if loading {
+        if let Some(path) = env("FAKE_LOAD_DLOPEN").and_then(|p| std::ffi::CString::new(p).ok()) {
+            // SAFETY: a NUL-terminated path; the handle is closed at once.
+            unsafe {
+                let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+                if !handle.is_null() {
+                    libc::dlclose(handle);
+                }
+            }
+        }
+    }
+    f()
 }
 
 fn log_load(line: String) {
