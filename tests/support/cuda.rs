@@ -262,6 +262,18 @@ impl Cuda {
     /// takes the place of cudart's), cached; `None` when the library is not
     /// built (see [`built`]).
     pub fn program_with_loader(&self, args: &[&str]) -> Option<PathBuf> {
+        self.with_loader("app.cu", "app", args)
+    }
+
+    /// `tests/programs/cuda_lib.cu` as the shared library `libcudalib.so`,
+    /// built and linked as [`Cuda::program_with_loader`] builds its program.
+    pub fn library_with_loader(&self, args: &[&str]) -> Option<PathBuf> {
+        let mut a = args.to_vec();
+        a.extend(["-shared", "-Xcompiler", "-fPIC"]);
+        self.with_loader("cuda_lib.cu", "libcudalib.so", &a)
+    }
+
+    fn with_loader(&self, source: &str, output: &str, args: &[&str]) -> Option<PathBuf> {
         let lib = built("liboffload_loader.so")?;
         let dir = lib.parent().unwrap().display().to_string();
         let slug: String = args
@@ -270,8 +282,8 @@ impl Cuda {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .take(40)
             .collect();
-        let mut plan = Plan::new(format!("nvcc-app-{slug}"), "app");
-        let source = program("app.cu");
+        let mut plan = Plan::new(format!("nvcc-{output}-{slug}"), output);
+        let source = program(source);
         let include = workspace().join("ffi/include");
         plan.source(&source);
         plan.source(&include.join("offload_loader.h"));
@@ -288,7 +300,7 @@ impl Cuda {
             "-Xlinker".into(),
             format!("-rpath,{dir}"),
             "-o".into(),
-            "app".into(),
+            output.into(),
         ]);
         plan.run(&self.nvcc, a, &self.nvcc_env());
         Some(realize(&plan))
