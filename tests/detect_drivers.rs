@@ -858,9 +858,9 @@ fn an_invalid_override_fails_without_falling_back() {
             "OFFLOAD_LOADER_DEVICES: `gfx9999`: unknown AMDGPU processor `gfx9999`",
         ),
         (
-            "sm_90a",
-            "OFFLOAD_LOADER_DEVICES: `sm_90a`: names code, not a device: write the device's \
-             compute capability, sm_90",
+            "compute_90a",
+            "OFFLOAD_LOADER_DEVICES: `compute_90a`: `compute_90a` names code, not a device: \
+             PTX, which a device compiles for itself; write the device's compute capability, sm_90",
         ),
         (
             "gfx1100:xnack+",

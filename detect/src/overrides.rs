@@ -2,15 +2,15 @@
 //! and `HSA_OVERRIDE_GFX_VERSION`.
 
 use offload_loader::select::DeviceTarget;
-use offload_loader::target::{ArchVariant, NvArch, Processor, TargetId};
+use offload_loader::target::Processor;
 
 use crate::report::{Backend, BackendReport, Reason, Status};
 
-/// The device targets `OFFLOAD_LOADER_DEVICES` lists: comma-separated, an
-/// AMDGPU target ID whose features are the device's settings
-/// (`gfx90a:sramecc+:xnack-`; a feature left out is unknown) or an NVIDIA
-/// `sm_XY`. The list replaces detection entirely: no driver is loaded, and the
-/// devices cannot load images.
+/// The device targets `OFFLOAD_LOADER_DEVICES` lists: comma-separated, each
+/// spelled as [`DeviceTarget::parse`] reads it (as `offload-probe --device`
+/// does): `gfx90a:sramecc+:xnack-`, `sm_90`, `sm_90a`, `9.0`. The list
+/// replaces detection entirely: no driver is loaded, and the devices cannot
+/// load images.
 ///
 /// One invalid entry makes the whole override fail: the report names the
 /// entry and no device is returned. Falling back to detection would silently
@@ -21,9 +21,9 @@ pub(crate) fn devices(list: &str) -> (Vec<DeviceTarget>, BackendReport) {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|entry| {
-            parse_device(entry).map_err(|detail| Reason::BadOverride {
+            DeviceTarget::parse(entry).map_err(|e| Reason::BadOverride {
                 entry: entry.into(),
-                detail,
+                detail: e.to_string(),
             })
         })
         .collect();
@@ -39,34 +39,6 @@ pub(crate) fn devices(list: &str) -> (Vec<DeviceTarget>, BackendReport) {
         }
         Err(reason) => (Vec::new(), report(Status::Unavailable, Some(reason))),
     }
-}
-
-/// One device as a person writes it. Code-only names are refused with the
-/// name of the device to write instead: `sm_90a`/`sm_100f` (code for exactly
-/// one capability or a family), `compute_80` (PTX), `gfx11-generic` (code for
-/// a family of processors).
-pub fn parse_device(entry: &str) -> Result<DeviceTarget, String> {
-    if entry.starts_with("sm_") || entry.starts_with("compute_") {
-        let arch = NvArch::parse(entry).map_err(|e| e.to_string())?;
-        if entry.starts_with("compute_") || arch.variant != ArchVariant::Base {
-            return Err(format!(
-                "names code, not a device: write the device's compute capability, {}",
-                arch.capability
-            ));
-        }
-        return Ok(DeviceTarget::Nvidia {
-            capability: arch.capability,
-            max_ptx: None,
-        });
-    }
-    let id = TargetId::parse(entry).map_err(|e| e.to_string())?;
-    if id.processor.is_generic() {
-        return Err(format!(
-            "{} is a generic target: it names code for a family of processors, not a device",
-            id.processor.name
-        ));
-    }
-    Ok(DeviceTarget::Amdgpu(id))
 }
 
 /// Parses an `HSA_OVERRIDE_GFX_VERSION` value as libhsakmt does
@@ -124,23 +96,30 @@ mod tests {
     }
 
     #[test]
-    fn code_names_are_not_devices() {
-        let e = |s| parse_device(s).unwrap_err();
+    fn devices_are_spelled_as_everywhere_else() {
+        let one = |s| devices(s).0;
+        // The device of a capability, however its code is named.
+        for spelling in ["sm_90", "sm_90a", "9.0"] {
+            assert_eq!(
+                one(spelling),
+                [DeviceTarget::parse("sm_90").unwrap()],
+                "{spelling}"
+            );
+        }
+        let (_, r) = devices("compute_80");
         assert_eq!(
-            e("sm_90a"),
-            "names code, not a device: write the device's compute capability, sm_90"
+            r.reason.unwrap().to_string(),
+            "OFFLOAD_LOADER_DEVICES: `compute_80`: `compute_80` names code, not a device: PTX, \
+             which a device compiles for itself; write the device's compute capability, sm_80"
         );
-        assert!(e("sm_100f").ends_with("sm_100"));
-        assert!(e("compute_80").ends_with("sm_80"));
-        assert_eq!(
-            e("gfx11-generic"),
-            "gfx11-generic is a generic target: it names code for a family of processors, not a device"
+        let (_, r) = devices("gfx11-generic");
+        assert!(r.to_string().contains("names code, not a device"), "{r}");
+        let (_, r) = devices("gfx1100:xnack+");
+        assert!(
+            r.to_string()
+                .ends_with("processor gfx1100 does not support xnack"),
+            "{r}"
         );
-        assert_eq!(
-            e("gfx1100:xnack+"),
-            "processor gfx1100 does not support xnack"
-        );
-        assert!(parse_device("sm_120").is_ok());
     }
 
     #[test]

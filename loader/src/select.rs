@@ -30,16 +30,30 @@ pub enum DeviceTarget {
 }
 
 impl DeviceTarget {
-    /// Parses a device as a person writes it: an AMDGPU target ID whose features
-    /// are the device's settings (`gfx90a:sramecc+:xnack-`; a feature left out is
-    /// unknown), or an NVIDIA device as `sm_90`, `sm_90a` / `sm_100f` (the
-    /// device of that capability: `a` and `f` name code, and every device runs
-    /// its own arch's `a` code) or its compute capability `9.0`.
+    /// Parses a device as a person writes it, the one spelling `offload-probe
+    /// --device`, `OFFLOAD_LOADER_DEVICES` and the library accept alike: an
+    /// AMDGPU target ID whose features are the device's settings
+    /// (`gfx90a:sramecc+:xnack-`; a feature left out is unknown), or an
+    /// NVIDIA device as `sm_90`, `sm_90a` / `sm_100f` (the device of that
+    /// capability: `a` and `f` name code, and every device runs its own
+    /// arch's `a` code) or its compute capability `9.0`. Names of code that
+    /// no one device is are refused with what to write instead: PTX
+    /// (`compute_80`) and generic AMDGPU targets (`gfx11-generic`).
     pub fn parse(s: &str) -> Result<DeviceTarget, TargetIdError> {
         let nvidia = |capability| DeviceTarget::Nvidia {
             capability,
             max_ptx: None,
         };
+        if s.starts_with("compute_") {
+            let arch = NvArch::parse(s)?;
+            return Err(TargetIdError::NotADevice {
+                name: s.into(),
+                hint: format!(
+                    "PTX, which a device compiles for itself; write the device's compute capability, {}",
+                    arch.capability
+                ),
+            });
+        }
         if s.starts_with("sm_") {
             Ok(nvidia(NvArch::parse(s)?.capability))
         } else if let Some((major, minor)) = s.split_once('.') {
@@ -56,7 +70,15 @@ impl DeviceTarget {
                 _ => Err(bad()),
             }
         } else {
-            TargetId::parse(s).map(DeviceTarget::Amdgpu)
+            let id = TargetId::parse(s)?;
+            if id.processor.is_generic() {
+                return Err(TargetIdError::NotADevice {
+                    name: s.into(),
+                    hint: "code for a family of processors; write the device's own processor"
+                        .into(),
+                });
+            }
+            Ok(DeviceTarget::Amdgpu(id))
         }
     }
 

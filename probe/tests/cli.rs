@@ -602,3 +602,54 @@ fn lists_and_extracts_nvcc_output_like_cuobjdump() {
         );
     }
 }
+
+/// One spelling of a device: `--device` and `OFFLOAD_LOADER_DEVICES` (which
+/// the runtime library reads through the same detection) accept the same
+/// names and mean the same device by them, and refuse the same code names.
+#[test]
+fn device_spellings_mean_the_same_on_the_command_line_and_in_the_environment() {
+    let devices = |out: &Output| -> Vec<String> {
+        json(out)["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["target_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for (spelling, device) in [
+        ("sm_90", "sm_90"),
+        ("sm_90a", "sm_90"),
+        ("sm_100f", "sm_100"),
+        ("9.0", "sm_90"),
+        ("12.1", "sm_121"),
+        ("gfx90a:xnack-", "gfx90a:xnack-"),
+        ("gfx90a:sramecc+:xnack-", "gfx90a:sramecc+:xnack-"),
+        ("gfx1100", "gfx1100"),
+    ] {
+        let flag = probe(&["--json", "--device", spelling]);
+        let env = Command::new(env!("CARGO_BIN_EXE_offload-probe"))
+            .arg("--json")
+            .env("OFFLOAD_LOADER_DEVICES", spelling)
+            .output()
+            .unwrap();
+        assert_eq!(devices(&flag), [device], "--device {spelling}");
+        assert_eq!(devices(&env), [device], "OFFLOAD_LOADER_DEVICES={spelling}");
+    }
+    for spelling in ["compute_80", "gfx11-generic", "gfx1100:xnack+", "sm_9", "9.10"] {
+        let flag = probe(&["--device", spelling]);
+        assert_eq!(flag.status.code(), Some(2), "--device {spelling}");
+        let env = Command::new(env!("CARGO_BIN_EXE_offload-probe"))
+            .arg("--json")
+            .env("OFFLOAD_LOADER_DEVICES", spelling)
+            .output()
+            .unwrap();
+        assert!(devices(&env).is_empty(), "OFFLOAD_LOADER_DEVICES={spelling}");
+        // The same reason both ways.
+        let why = String::from_utf8_lossy(&flag.stderr).into_owned();
+        let report = json(&env);
+        let reason = report["backends"][0]["reason"].as_str().unwrap();
+        let detail = reason.split_once(": ").unwrap().1;
+        let detail = detail.split_once(": ").unwrap().1;
+        assert!(why.contains(detail), "{spelling}: {why} / {reason}");
+    }
+}

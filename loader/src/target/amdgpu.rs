@@ -179,6 +179,15 @@ pub enum TargetIdError {
     /// An NVPTX architecture that is not `sm_XY[a|f]` or `compute_XY[a|f]`.
     #[error("`{0}` is not an NVPTX architecture (sm_XY or compute_XY)")]
     BadNvptxArch(String),
+    /// A name for code where a device was asked for: PTX (`compute_80`) or a
+    /// generic AMDGPU target (`gfx11-generic`).
+    #[error("`{name}` names code, not a device: {hint}")]
+    NotADevice {
+        /// The name as written.
+        name: String,
+        /// What to write instead.
+        hint: String,
+    },
 }
 
 /// A validated AMDGPU target ID.
