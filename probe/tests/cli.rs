@@ -635,7 +635,13 @@ fn device_spellings_mean_the_same_on_the_command_line_and_in_the_environment() {
         assert_eq!(devices(&flag), [device], "--device {spelling}");
         assert_eq!(devices(&env), [device], "OFFLOAD_LOADER_DEVICES={spelling}");
     }
-    for spelling in ["compute_80", "gfx11-generic", "gfx1100:xnack+", "sm_9", "9.10"] {
+    for spelling in [
+        "compute_80",
+        "gfx11-generic",
+        "gfx1100:xnack+",
+        "sm_9",
+        "9.10",
+    ] {
         let flag = probe(&["--device", spelling]);
         assert_eq!(flag.status.code(), Some(2), "--device {spelling}");
         let env = Command::new(env!("CARGO_BIN_EXE_offload-probe"))
@@ -643,7 +649,10 @@ fn device_spellings_mean_the_same_on_the_command_line_and_in_the_environment() {
             .env("OFFLOAD_LOADER_DEVICES", spelling)
             .output()
             .unwrap();
-        assert!(devices(&env).is_empty(), "OFFLOAD_LOADER_DEVICES={spelling}");
+        assert!(
+            devices(&env).is_empty(),
+            "OFFLOAD_LOADER_DEVICES={spelling}"
+        );
         // The same reason both ways.
         let why = String::from_utf8_lossy(&flag.stderr).into_owned();
         let report = json(&env);

@@ -358,7 +358,7 @@ impl<'a> SectionContainers<'a> {
 
 /// Every offload section in `data` (a whole file), in file order.
 pub fn offload_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKind> {
-    if let Some(section) = whole(data, 0, None) {
+    if let Some(section) = OffloadSection::whole(data, 0, None) {
         return Ok(vec![section]);
     }
     match FileKind::parse(data) {
@@ -437,29 +437,6 @@ fn elf_sections(
     Ok(out)
 }
 
-/// The section that is the whole of `data` (at `offset` in the file): a raw
-/// container (by its magic, or a text bundle's first line), or one GPU image
-/// (an AMDGPU code object, a cubin, PTX text).
-pub(super) fn whole(data: &[u8], offset: u64, member: Option<&str>) -> Option<OffloadSection> {
-    let (name, role) = match Format::sniff(data) {
-        Some(format) => (format.name(), SectionRole::Containers),
-        None => match CodeKind::sniff(data) {
-            kind @ (CodeKind::AmdgpuElf | CodeKind::Cubin | CodeKind::Ptx) => {
-                (kind.name(), SectionRole::Image)
-            }
-            _ => return None,
-        },
-    };
-    Some(OffloadSection {
-        member: member.map(Into::into),
-        name: name.into(),
-        role,
-        file_offset: offset,
-        size: data.len() as u64,
-        address: 0,
-    })
-}
-
 /// The offload sections of every member of an `ar` archive: ELF members by
 /// section, container members (device archives) whole.
 fn archive_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKind> {
@@ -487,7 +464,7 @@ fn archive_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKind> {
                     out.extend(sections);
                 }
             }
-        } else if let Some(section) = whole(bytes, offset, Some(&name())) {
+        } else if let Some(section) = OffloadSection::whole(bytes, offset, Some(&name())) {
             out.push(section);
         }
     }

@@ -12,6 +12,9 @@ mod quick;
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::container::Format;
+use crate::image::CodeKind;
+
 /// Sections that hold offload containers (bundles, `CCOB`, offload binaries,
 /// NVIDIA fat binaries).
 pub const CONTAINER_SECTIONS: &[&str] = &[".hip_fatbin", ".llvm.offloading", ".nv_fatbin"];
@@ -73,6 +76,33 @@ pub struct OffloadSection {
     pub size: u64,
     /// Its virtual address (`sh_addr`), 0 for raw files and relocatable objects.
     pub address: u64,
+}
+
+impl OffloadSection {
+    /// The section that is the whole of `data` (at `offset` in the file): a
+    /// raw container (by its magic, or a text bundle's first line), or one GPU
+    /// image (an AMDGPU code object, a cubin, PTX text). Shared by the full
+    /// read (`file`) and the quick look (`quick`), so both classify a file's
+    /// bytes alike.
+    pub(crate) fn whole(data: &[u8], offset: u64, member: Option<&str>) -> Option<OffloadSection> {
+        let (name, role) = match Format::sniff(data) {
+            Some(format) => (format.name(), SectionRole::Containers),
+            None => match CodeKind::sniff(data) {
+                kind @ (CodeKind::AmdgpuElf | CodeKind::Cubin | CodeKind::Ptx) => {
+                    (kind.name(), SectionRole::Image)
+                }
+                _ => return None,
+            },
+        };
+        Some(OffloadSection {
+            member: member.map(Into::into),
+            name: name.into(),
+            role,
+            file_offset: offset,
+            size: data.len() as u64,
+            address: 0,
+        })
+    }
 }
 
 /// An error about one file: its path, and the offset and what was wrong.

@@ -12,8 +12,7 @@ use object::elf::{FileHeader64, SectionHeader64};
 use object::read::elf::{FileHeader, SectionHeader};
 use object::{Endianness, FileKind};
 
-use super::file::whole;
-use super::section_role;
+use super::{section_role, OffloadSection};
 use crate::image::ptx;
 
 /// How many bytes of a file are read first (by `MappedFile::open_if_offload`)
@@ -160,7 +159,7 @@ pub(super) fn may_hold_offload_code(
     head: &[u8],
     kind: &object::Result<FileKind>,
 ) -> bool {
-    whole(head, 0, None).is_some()
+    OffloadSection::whole(head, 0, None).is_some()
         || match kind {
             Ok(FileKind::Elf64) => elf_may_hold_offload_code(file, head),
             Ok(FileKind::Archive) => archive_may_hold_offload_code(file, head),
@@ -377,7 +376,7 @@ fn member_may_hold(reads: &mut Reads<'_>, name: &[u8; 16], mut data: u64, mut si
         return true;
     };
     if let Ok(FileKind::Elf64) = FileKind::parse(first) {
-        return whole(first, 0, None).is_some()
+        return OffloadSection::whole(first, 0, None).is_some()
             || elf_may_hold(
                 reads,
                 data,
@@ -389,7 +388,7 @@ fn member_may_hold(reads: &mut Reads<'_>, name: &[u8; 16], mut data: u64, mut si
     let Some(head) = reads.upto(data, size.min(HEAD as u64) as usize) else {
         return true;
     };
-    if whole(head, 0, None).is_some() {
+    if OffloadSection::whole(head, 0, None).is_some() {
         return true;
     }
     let head = head.len();
@@ -414,7 +413,7 @@ mod tests {
         ptx.resize(5000, 0);
         ptx.extend(b"\n.version 9.0\n.target sm_90\n.address_size 64\n");
         let (path, file) = temp("long-comment.ptx", &ptx);
-        assert!(whole(&ptx[..HEAD], 0, None).is_none());
+        assert!(OffloadSection::whole(&ptx[..HEAD], 0, None).is_none());
         assert!(may_hold_offload_code(
             &file,
             &ptx[..HEAD],
