@@ -87,6 +87,45 @@ impl Error {
     }
 }
 
+/// Why a registration call (`__hipRegisterFatBinary`, `__tgt_register_lib`
+/// and their families) could not record what it was handed: said as a
+/// warning and the thread's last error, since those calls return nothing a
+/// caller checks.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum RegistrationError {
+    /// An address outside every loaded object.
+    #[error("{what} at {address:#x} is not in any loaded object")]
+    NotLoaded {
+        /// What was expected there.
+        what: &'static str,
+        address: u64,
+    },
+    /// A structure that runs past the end of its segment.
+    #[error("{what} at {address:#x} ({len} bytes) runs past its segment")]
+    PastSegment {
+        what: &'static str,
+        address: u64,
+        len: u64,
+    },
+    /// A structure that does not parse.
+    #[error("{origin}: {what}: {source}")]
+    Malformed {
+        /// `<object> descriptor at 0x…`, or the wrapper's object.
+        origin: String,
+        /// Which structure: `fat binary wrapper at 0x…`, `image 3`, `host entries`.
+        what: String,
+        source: Box<offload_loader::Error>,
+    },
+    /// A wrapper of the other runtime's kind (a CUDA wrapper given to HIP).
+    #[error("{origin}: wrapper at {address:#x} is a {found} wrapper, not {expected}'s")]
+    WrongWrapper {
+        origin: String,
+        address: u64,
+        found: String,
+        expected: String,
+    },
+}
+
 /// `OK`, or the error recorded as the thread's last error and its code.
 pub(crate) fn status(result: Result<(), Error>) -> c_int {
     match result {

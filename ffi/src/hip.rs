@@ -6,6 +6,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use offload_loader::registration::{FatbinWrapper, WrapperKind};
 
+use crate::error::RegistrationError;
 use crate::library::{Symbol, SymbolKind};
 use crate::objects::{Pin, Pinned};
 use crate::process;
@@ -36,7 +37,7 @@ pub(crate) fn register_wrapper(wrapper: usize, runtime: Runtime, kind: WrapperKi
             Err(e) => {
                 // In a constructor, whose thread may hold the loader's lock
                 // itself: saying it waits on no other thread.
-                info::warn(e);
+                info::warn(e.to_string());
                 None
             }
         };
@@ -52,22 +53,32 @@ pub(crate) fn register_wrapper(wrapper: usize, runtime: Runtime, kind: WrapperKi
 /// and parsed at first use (as HIP defers its fat binaries). The wrapper's
 /// object is pinned for the registration (see [`crate::objects`]): its next
 /// wrapper is checked without a lookup.
-fn locate_fatbin(wrapper: usize, runtime: Runtime, kind: WrapperKind) -> Result<Fatbin, String> {
-    let object = Pinned::find(wrapper)
-        .ok_or_else(|| format!("fat binary wrapper at {wrapper:#x} is not in any loaded object"))?;
+fn locate_fatbin(
+    wrapper: usize,
+    runtime: Runtime,
+    kind: WrapperKind,
+) -> Result<Fatbin, RegistrationError> {
+    let object = Pinned::find(wrapper).ok_or(RegistrationError::NotLoaded {
+        what: "fat binary wrapper",
+        address: wrapper as u64,
+    })?;
     // SAFETY: the span lies inside a loaded segment of an object pinned by a
     // live registration, which stays loaded while `object` is held.
     let bytes = unsafe { process::memory(wrapper..object.segment.end) };
     // SAFETY: the object is loaded (pinned).
     let path = || unsafe { object.object.path() }.display().to_string();
-    let info = FatbinWrapper::parse(bytes)
-        .map_err(|e| format!("{}: fat binary wrapper at {wrapper:#x}: {e}", path()))?;
+    let info = FatbinWrapper::parse(bytes).map_err(|source| RegistrationError::Malformed {
+        origin: path(),
+        what: format!("fat binary wrapper at {wrapper:#x}"),
+        source: Box::new(source),
+    })?;
     if info.kind != kind {
-        return Err(format!(
-            "{}: wrapper at {wrapper:#x} is a {} wrapper, not {kind}'s",
-            path(),
-            info.kind
-        ));
+        return Err(RegistrationError::WrongWrapper {
+            origin: path(),
+            address: wrapper as u64,
+            found: info.kind.to_string(),
+            expected: kind.to_string(),
+        });
     }
     Ok(Fatbin {
         runtime,

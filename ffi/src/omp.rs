@@ -10,6 +10,7 @@ use offload_loader::entries::{EntryKind, EntryTable};
 use offload_loader::registration::{BinaryDescriptor, DeviceImage, ImageInfo, DEVICE_IMAGE_SIZE};
 use offload_loader::target::OffloadKind;
 
+use crate::error::RegistrationError;
 use crate::library::{Images, Origin, Symbol, SymbolKind};
 use crate::process;
 use crate::registry;
@@ -20,15 +21,20 @@ use crate::{guard, info, runtime, set_last_error};
 const MAX_IMAGES: u32 = 4096;
 
 /// The `len` bytes at `addr` of this process, checked to lie in one loaded segment.
-fn memory(addr: u64, len: u64, what: &str) -> Result<&'static [u8], String> {
-    let start =
-        usize::try_from(addr).map_err(|_| format!("{what} at {addr:#x} is out of range"))?;
-    let located = process::locate(start)
-        .ok_or_else(|| format!("{what} at {addr:#x} is not in any loaded object"))?;
+fn memory(addr: u64, len: u64, what: &'static str) -> Result<&'static [u8], RegistrationError> {
+    let located = usize::try_from(addr).ok().and_then(process::locate).ok_or(
+        RegistrationError::NotLoaded {
+            what,
+            address: addr,
+        },
+    )?;
+    let start = addr as usize;
     if ((located.segment.end - start) as u64) < len {
-        return Err(format!(
-            "{what} at {addr:#x} ({len} bytes) runs past its segment"
-        ));
+        return Err(RegistrationError::PastSegment {
+            what,
+            address: addr,
+            len,
+        });
     }
     // SAFETY: the range lies inside a loaded segment, which stays mapped while
     // the descriptor is registered.
@@ -57,23 +63,32 @@ fn c_string(addr: u64) -> Option<String> {
 pub extern "C" fn __tgt_register_lib(desc: *mut c_void) {
     guard((), || {
         if let Err(e) = register(desc as u64) {
-            info::warn(e);
+            info::warn(e.to_string());
         }
     })
 }
 
-fn register(desc: u64) -> Result<(), String> {
+fn register(desc: u64) -> Result<(), RegistrationError> {
     let bytes = memory(desc, 32, "__tgt_bin_desc")?;
-    let descriptor = BinaryDescriptor::parse(bytes, MAX_IMAGES)
-        .map_err(|e| format!("__tgt_bin_desc at {desc:#x}: {e}"))?;
-    let located = process::locate(desc as usize)
-        .ok_or_else(|| format!("__tgt_bin_desc at {desc:#x} is not in any loaded object"))?;
-    // Only for messages, made now because registration failed.
+    let located = process::locate(desc as usize).ok_or(RegistrationError::NotLoaded {
+        what: "__tgt_bin_desc",
+        address: desc,
+    })?;
+    // Only for messages, made when registration fails.
     let origin = || {
         // SAFETY: the descriptor's object is loaded (it is registering).
         let path = unsafe { located.object.path() };
         format!("{} descriptor at {desc:#x}", path.display())
     };
+    let malformed = |what: String| {
+        move |source| RegistrationError::Malformed {
+            origin: origin(),
+            what,
+            source: Box::new(source),
+        }
+    };
+    let descriptor =
+        BinaryDescriptor::parse(bytes, MAX_IMAGES).map_err(malformed("__tgt_bin_desc".into()))?;
     let infos = registry::with(|r| std::mem::take(&mut r.image_info));
     let count = u64::from(descriptor.image_count);
     let table = if count == 0 {
@@ -89,8 +104,8 @@ fn register(desc: u64) -> Result<(), String> {
     let mut code = Vec::new();
     for i in 0..count {
         let at = (i * DEVICE_IMAGE_SIZE) as usize;
-        let device_image = DeviceImage::parse(&table[at..])
-            .map_err(|e| format!("{}: image {i}: {e}", origin()))?;
+        let device_image =
+            DeviceImage::parse(&table[at..]).map_err(malformed(format!("image {i}")))?;
         let data = memory(
             device_image.image.start,
             device_image.image.len(),
@@ -124,10 +139,9 @@ fn register(desc: u64) -> Result<(), String> {
     let entries = descriptor.host_entries;
     if !entries.is_empty() {
         let data = memory(entries.start, entries.len(), "host entry table")?;
-        let table =
-            EntryTable::parse(data).map_err(|e| format!("{}: host entries: {e}", origin()))?;
+        let table = EntryTable::parse(data).map_err(malformed("host entries".into()))?;
         for entry in table.iter() {
-            let entry = entry.map_err(|e| format!("{}: host entries: {e}", origin()))?;
+            let entry = entry.map_err(malformed("host entries".into()))?;
             // llvm_offload_entries is shared by every runtime: as libomptarget
             // does, take only OpenMP's (legacy entries carry no kind).
             if entry.runtime().is_some_and(|r| r != OffloadKind::OpenMp) {
@@ -196,14 +210,19 @@ pub extern "C" fn __tgt_init_all_rtls() {}
 #[no_mangle]
 pub extern "C" fn __tgt_register_image_info(info: *mut c_void) {
     guard((), || {
-        let parsed = memory(info as u64, 32, "__tgt_image_info")
-            .and_then(|b| ImageInfo::parse(b).map_err(|e| e.to_string()));
+        let parsed = memory(info as u64, 32, "__tgt_image_info").and_then(|b| {
+            ImageInfo::parse(b).map_err(|source| RegistrationError::Malformed {
+                origin: format!("__tgt_image_info at {:#x}", info as usize),
+                what: "image info".into(),
+                source: Box::new(source),
+            })
+        });
         match parsed {
             Ok(i) => match c_string(i.offload_arch) {
                 Some(arch) => registry::with(|r| r.image_info.push((i.image_number, arch))),
                 None => set_last_error("__tgt_image_info has an unreadable offload_arch"),
             },
-            Err(e) => set_last_error(e),
+            Err(e) => set_last_error(e.to_string()),
         }
     })
 }
