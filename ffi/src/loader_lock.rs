@@ -99,6 +99,33 @@ pub(crate) fn check(effect: &str) {
 mod tests {
     use super::*;
 
+    /// An effect reached inside a reader aborts a debug build, loudly: run
+    /// in a child (this test binary again), which must die of `SIGABRT`
+    /// with the rule's message.
+    #[test]
+    #[cfg(debug_assertions)]
+    fn an_effect_inside_a_reader_aborts() {
+        if std::env::var_os("OFFLOAD_LOADER_RULE_CHILD").is_some() {
+            let _reading = Inside::enter();
+            check("a test effect");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "loader_lock::tests::an_effect_inside_a_reader_aborts",
+                "--test-threads=1",
+            ])
+            .env("OFFLOAD_LOADER_RULE_CHILD", "1")
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(
+            "loader-lock rule broken: a test effect inside a library reader or the registry's lock"
+        ));
+    }
+
     #[test]
     fn inside_counts_nested_readers() {
         check("nothing, outside");
