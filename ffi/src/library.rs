@@ -21,7 +21,6 @@ use std::sync::Arc;
 use offload_detect::{Detection, Device, LoadedImage};
 use offload_loader::{select, Container, Content, Image, ImageSource, Limits, Policy, Selection};
 use once_cell::race::OnceBox;
-use once_cell::sync::OnceCell;
 
 use crate::error::Error;
 use crate::loader_lock::Inside;
@@ -84,8 +83,9 @@ pub(crate) enum SymbolKind {
     Texture,
 }
 
-/// A device's loaded image: loaded once, or the reason it could not be.
-pub(crate) type ModuleCell = OnceCell<Result<Arc<LoadedImage>, Error>>;
+/// A device's loaded image: loaded once, or the reason it could not be;
+/// published by compare-and-swap (never initialised under a lock).
+pub(crate) type ModuleCell = OnceBox<Result<Arc<LoadedImage>, Error>>;
 
 /// What the runtime made of a library for one detection: the selection for
 /// each device and, at first use, the module loaded on each. A detection in

@@ -151,7 +151,7 @@ pub(crate) fn module(
         return loaded.clone();
     }
     let loaded = load(library, detection, made, device);
-    let _ = cell.set(loaded.clone());
+    let _ = cell.set(Box::new(loaded.clone()));
     cell.get().cloned().unwrap_or(loaded)
 }
 
