@@ -130,7 +130,19 @@ impl<'a> CompressedBundle<'a> {
                 ))
             }
             Some(t) => t,
-            None => next_magic(data, header_len as usize).unwrap_or(data.len()) as u64,
+            // Version 1 states no size: the payload runs to the next `CCOB`
+            // or the end of the data, less what follows a zstd frame, which
+            // states its own length (a linked `.hip_fatbin` pads each bundle
+            // to its alignment with zeros, which are not payload).
+            None => {
+                let end = next_magic(data, header_len as usize).unwrap_or(data.len());
+                let rest = &data[header_len as usize..end];
+                let frame = match method {
+                    Method::Zstd => zstd::zstd_safe::find_frame_compressed_size(rest).ok(),
+                    Method::Zlib => None,
+                };
+                header_len + frame.map_or(rest.len(), |n| n.min(rest.len())) as u64
+            }
         };
         let payload = b
             .slice(header_len, total - header_len, "compressed bundle payload")
@@ -350,6 +362,28 @@ pub(crate) mod tests {
             CompressedBundle::parse(&data).unwrap().len(),
             first_len as u64
         );
+    }
+
+    /// A v1 bundle states no size. In a linked `.hip_fatbin` each bundle is
+    /// aligned (4096 bytes for clang's) and the gap zero-filled, so the next
+    /// magic is not where the payload ends: a zstd frame states its own
+    /// length, and the zeros after it are padding, not payload.
+    #[test]
+    fn v1_zstd_payload_ends_with_its_frame_not_the_padding() {
+        let raw = b"first bundle's bytes".repeat(20);
+        let mut data = ccob(1, Method::Zstd, &raw);
+        let first_len = data.len();
+        data.resize(4096, 0);
+        data.extend(ccob(1, Method::Zstd, b"second"));
+        let c = CompressedBundle::parse(&data).unwrap();
+        assert_eq!(c.len(), first_len as u64);
+        assert_eq!(c.decompress(&Limits::default()).unwrap(), raw);
+        // At the end of a section too.
+        let mut alone = ccob(1, Method::Zstd, &raw);
+        alone.resize(4096, 0);
+        let c = CompressedBundle::parse(&alone).unwrap();
+        assert_eq!(c.len(), first_len as u64);
+        assert_eq!(c.decompress(&Limits::default()).unwrap(), raw);
     }
 
     #[test]
