@@ -95,72 +95,81 @@ fn clang_14_wrapper_generation_probe_and_runtime_agree() {
         shim.join("libomptarget.so"),
     )
     .unwrap();
-    let exe = dir.join("app");
-    run_ok(
-        std::process::Command::new(tools.join("clang"))
-            .args([
-                "-fopenmp",
-                "-fopenmp-targets=amdgcn-amd-amdhsa",
-                "-Xopenmp-target=amdgcn-amd-amdhsa",
-                "-march=gfx906",
-                "-nogpulib",
-            ])
-            .arg(format!("-I{}", workspace().join("ffi/include").display()))
-            .arg(program("omp_wrapper.c"))
-            .arg(format!("-L{}", shim.display()))
-            .arg(format!("-Wl,-rpath,{}", shim.display()))
-            .arg("-o")
-            .arg(&exe),
-    );
-
-    // The probe, from the file.
-    let out = run_ok(
-        std::process::Command::new(&probe)
-            .arg(&exe)
-            .args(["--device", "gfx906", "--json"]),
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let c = &report["objects"][0]["containers"][0];
-    assert_eq!(
-        (c["section"].as_str(), c["format"].as_str()),
-        (Some("__tgt_bin_desc"), Some("descriptor")),
-        "{c}"
-    );
-    let image = &c["images"][0];
-    assert_eq!(
-        image["bundle_id"], "openmp-amdgcn-amd-amdhsa--gfx906",
-        "{c}"
-    );
-    assert_eq!(c["selected"][0]["image"], 0, "{c}");
-    let (offset, size) = (
-        image["offset"].as_u64().unwrap() as usize,
-        image["size"].as_u64().unwrap() as usize,
-    );
-    let bytes = std::fs::read(&exe).unwrap();
-    let code = &bytes[offset..offset + size];
-    // A whole AMDGPU code object (e_machine 224) whose section headers end
-    // where the image ends: e_shoff + e_shnum * e_shentsize == size.
-    assert_eq!(&code[..4], b"\x7fELF");
-    assert_eq!(u16::from_le_bytes([code[18], code[19]]), 224);
-    let shoff = u64::from_le_bytes(code[40..48].try_into().unwrap()) as usize;
-    let shnum = u16::from_le_bytes([code[60], code[61]]) as usize;
-    assert_eq!(shoff + shnum * 64, size);
-
-    // The runtime, from the registration the program's constructor makes.
-    let text = String::from_utf8(
+    // Position-independent (the descriptor in .data.rel.ro, its pointers
+    // filled by relative relocations) and position-dependent (the descriptor
+    // in .rodata, its pointers in the file).
+    for (name, pic) in [
+        ("app", &[][..]),
+        ("app-no-pie", &["-fno-pic", "-no-pie"][..]),
+    ] {
+        let exe = dir.join(name);
         run_ok(
-            std::process::Command::new(&exe)
-                .env("OFFLOAD_LOADER_DEVICES", "gfx906")
-                .env_remove("OFFLOAD_LOADER_HSA_LIBRARY"),
+            std::process::Command::new(tools.join("clang"))
+                .args([
+                    "-fopenmp",
+                    "-fopenmp-targets=amdgcn-amd-amdhsa",
+                    "-Xopenmp-target=amdgcn-amd-amdhsa",
+                    "-march=gfx906",
+                    "-nogpulib",
+                ])
+                .arg(format!("-I{}", workspace().join("ffi/include").display()))
+                .arg(program("omp_wrapper.c"))
+                .arg(format!("-L{}", shim.display()))
+                .arg(format!("-Wl,-rpath,{}", shim.display()))
+                .args(pic)
+                .arg("-o")
+                .arg(&exe),
+        );
+
+        // The probe, from the file.
+        let out = run_ok(
+            std::process::Command::new(&probe)
+                .arg(&exe)
+                .args(["--device", "gfx906", "--json"]),
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let c = &report["objects"][0]["containers"][0];
+        assert_eq!(
+            (c["section"].as_str(), c["format"].as_str()),
+            (Some("__tgt_bin_desc"), Some("descriptor")),
+            "{name}: {c}"
+        );
+        let image = &c["images"][0];
+        assert_eq!(
+            image["bundle_id"], "openmp-amdgcn-amd-amdhsa--gfx906",
+            "{c}"
+        );
+        assert_eq!(c["selected"][0]["image"], 0, "{c}");
+        let (offset, size) = (
+            image["offset"].as_u64().unwrap() as usize,
+            image["size"].as_u64().unwrap() as usize,
+        );
+        let bytes = std::fs::read(&exe).unwrap();
+        let code = &bytes[offset..offset + size];
+        // A whole AMDGPU code object (e_machine 224) whose section headers end
+        // where the image ends: e_shoff + e_shnum * e_shentsize == size.
+        assert_eq!(&code[..4], b"\x7fELF");
+        assert_eq!(u16::from_le_bytes([code[18], code[19]]), 224);
+        let shoff = u64::from_le_bytes(code[40..48].try_into().unwrap()) as usize;
+        let shnum = u16::from_le_bytes([code[60], code[61]]) as usize;
+        assert_eq!(shoff + shnum * 64, size);
+
+        // The runtime, from the registration the program's constructor makes.
+        let text = String::from_utf8(
+            run_ok(
+                std::process::Command::new(&exe)
+                    .env("OFFLOAD_LOADER_DEVICES", "gfx906")
+                    .env_remove("OFFLOAD_LOADER_HSA_LIBRARY"),
+            )
+            .stdout,
         )
-        .stdout,
-    )
-    .unwrap();
-    assert!(text.contains("x=42 devices=1 libraries=1"), "{text}");
-    assert!(
-        text.contains(&format!(
-            "wrapper device=gfx906 selected=0 image=0 target=gfx906 size={size}"
-        )),
-        "{text}"
-    );
+        .unwrap();
+        assert!(text.contains("x=42 devices=1 libraries=1"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "wrapper device=gfx906 selected=0 image=0 target=gfx906 size={size}"
+            )),
+            "{text}"
+        );
+    }
 }

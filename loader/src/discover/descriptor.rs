@@ -23,8 +23,11 @@ use crate::registration::{offload_arch_list, BinaryDescriptor, DeviceImage, DEVI
 
 /// Sections that hold the host entry table a descriptor points at.
 pub(super) const ENTRY_SECTIONS: &[&str] = &["omp_offloading_entries", ".omp_offloading_entries"];
-/// Sections a descriptor and its image array are written to.
-const DATA_SECTIONS: &[&str] = &[".data.rel.ro", ".data"];
+/// Sections a descriptor and its image array are written to: `.data.rel.ro`
+/// in a position-independent file, `.rodata` in a position-dependent one
+/// (`-fno-pic -no-pie`: the pointers are constants in the file), `.data`
+/// where AOMP puts them.
+const DATA_SECTIONS: &[&str] = &[".data.rel.ro", ".rodata", ".data"];
 
 /// A 64-bit ELF file's bytes as its loaded image would hold them at an
 /// address: file bytes through the `PT_LOAD` segments, with relative dynamic
