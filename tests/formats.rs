@@ -899,20 +899,25 @@ fn concurrent_builds_share_one_artefact() {
     assert!(std::fs::read(&paths[0]).unwrap().starts_with(ELF_MAGIC));
 }
 
-/// Text bundles as clang-22 writes them with `-S` (assembly, `#` comments)
-/// and `-S -emit-llvm` (LLVM IR, `;` comments): the same IDs as
-/// `clang-offload-bundler -list -type=s/ll` and, for every entry, the bytes
-/// `-unbundle` writes.
+/// Text bundles as clang-22 writes them with `-S` (assembly, `#` comments),
+/// `-S -emit-llvm` (LLVM IR, `;` comments) and `-E` (preprocessed source,
+/// `//` comments, after a blank first line): the same IDs as
+/// `clang-offload-bundler -list -type=s/ll/hipi` and, for every entry, the
+/// bytes `-unbundle` writes.
 #[test]
 fn text_bundles_match_the_bundler() {
     let Some(tc) = toolchain() else { return };
     let dir = scratch("text-bundles");
-    for (kind, extra) in [("s", &[][..]), ("ll", &["-emit-llvm"][..])] {
+    for (kind, mode) in [
+        ("s", &["-S"][..]),
+        ("ll", &["-S", "-emit-llvm"][..]),
+        ("hipi", &["-E"][..]),
+    ] {
         let out = dir.join(format!("kernels.{kind}"));
         run_ok(
             Command::new(&tc.clang)
-                .args(["-x", "hip", "-nogpulib", "-nogpuinc", "-S"])
-                .args(extra)
+                .args(["-x", "hip", "-nogpulib", "-nogpuinc"])
+                .args(mode)
                 .args(["--offload-arch=gfx90a:xnack-", "--offload-arch=gfx1100"])
                 .arg(format!("-I{}", fixtures_dir().display()))
                 .arg(fixture("kernels.hip"))
