@@ -9,13 +9,15 @@
  * answered here: the program's images are found in memory, the best image for
  * each GPU found on this machine is selected by the target-ID rules, loaded
  * through the HSA runtime or the CUDA driver (lazily at first lookup, or at
- * registration with OFFLOAD_LOADER_EAGER=1), and every registered kernel and
- * variable is resolved to its device handle or address.
+ * the first query after registration with OFFLOAD_LOADER_EAGER=1), and every
+ * registered kernel and variable is resolved to its device handle or address.
  *
- * Registration itself only records: devices are detected, and images
- * selected, at the first query or lookup. Registration runs in constructors,
- * and a library being dlopen'ed holds the dynamic loader's lock there, under
- * which loading driver libraries could not proceed.
+ * Registration and unregistration only record: devices are detected, images
+ * selected and loaded, at the first query or lookup, and the modules of an
+ * unregistered library are unloaded by the next query. They run in
+ * constructors and destructors, where the dynamic loader's lock may be held,
+ * and wait there on no other thread (beyond readers of the library's memory,
+ * which do no more than copy it).
  *
  * Out of scope: launching kernels, allocating or copying memory. This library
  * exports no hipLaunchKernel, hipMalloc or __tgt_target_kernel; the runtime
@@ -29,7 +31,8 @@
  * Environment:
  *   OFFLOAD_LOADER_DEVICES=gfx90a:sramecc+:xnack-,sm_80  use these devices
  *   OFFLOAD_LOADER_HSA_LIBRARY, OFFLOAD_LOADER_CUDA_LIBRARY  driver paths
- *   OFFLOAD_LOADER_EAGER=1   load images at registration, not at first lookup
+ *   OFFLOAD_LOADER_EAGER=1   load images at the first query after registration,
+ *                            not at each library's first lookup
  *   OFFLOAD_LOADER_INFO=1    one line per registration and device on stderr
  *   OFFLOAD_LOADER_LOG=...   tracing filter, e.g. offload_loader=debug
  *
@@ -94,7 +97,7 @@ void __tgt_unregister_lib(void *desc);
 /* Obsolete (requirements travel as entries since LLVM 18); recorded only. */
 void __tgt_register_requires(int64_t flags);
 /* Detects devices now instead of at the first registration. */
-void __tgt_init_all_rtls(void);
+void __tgt_init_all_rtls(void); /* does nothing: devices are detected at the first query */
 /* AOMP: {int32 version, image_number, number_images; char *offload_arch;
  * char *compile_opts}: names the target of image `image_number` of the next
  * registered descriptor when the image itself does not say. */
