@@ -96,8 +96,9 @@ void __tgt_register_lib(void *desc);
 void __tgt_unregister_lib(void *desc);
 /* Obsolete (requirements travel as entries since LLVM 18); recorded only. */
 void __tgt_register_requires(int64_t flags);
-/* Detects devices now instead of at the first registration. */
-void __tgt_init_all_rtls(void); /* does nothing: devices are detected at the first query */
+/* Does nothing: libomptarget loads its plugins here, from a constructor;
+ * this library detects devices at the first query instead. */
+void __tgt_init_all_rtls(void);
 /* AOMP: {int32 version, image_number, number_images; char *offload_arch;
  * char *compile_opts}: names the target of image `image_number` of the next
  * registered descriptor when the image itself does not say. */
