@@ -25,7 +25,7 @@ use once_cell::race::OnceBox;
 use crate::error::Error;
 use crate::loader_lock::Inside;
 use crate::objects::Pin;
-use crate::process::{self, ObjectName};
+use crate::process::{self, Located, ObjectName};
 use crate::slots::{Fatbin, Runtime};
 
 /// A library's images and where their bytes are. The `'static` lifetimes are
@@ -155,13 +155,17 @@ impl Library {
 
     /// The record of the fat binary in slot `id`: its bytes run from its
     /// address to the end of the segment that holds it, found in the pinned
-    /// object or else by a lookup (which may take the loader's lock: never
-    /// called inside a reader or the registry's lock); a fat binary in no
-    /// loaded segment is a library whose parse failed.
-    pub(crate) fn from_slot(id: usize, fatbin: Fatbin) -> Library {
+    /// object or else by `locate`; a fat binary in no loaded segment is a
+    /// library whose parse failed. The caller keeps the object loaded while
+    /// this runs (see `registry::library`).
+    pub(crate) fn from_slot(
+        id: usize,
+        fatbin: Fatbin,
+        locate: impl FnOnce(usize) -> Option<Located>,
+    ) -> Library {
         let segment = Pin::from_raw(fatbin.pin)
             .and_then(|pin| pin.segment(fatbin.start))
-            .or_else(|| Some(process::locate(fatbin.start)?.segment));
+            .or_else(|| Some(locate(fatbin.start)?.segment));
         // SAFETY: the range lies in a loaded segment of the registering
         // object, which stays loaded until its destructor unregisters this fat
         // binary; the library reaches these bytes only until `revoke`.

@@ -149,6 +149,22 @@ pub(crate) fn locate(addr: usize) -> Option<Located> {
     }
 }
 
+/// [`locate`] without the walk: `Ok` with glibc's lock-free answer, or
+/// `Err(())` when only a walk (which takes the loader's lock) could answer.
+/// Safe to call with the registry's lock held.
+pub(crate) fn locate_without_walk(addr: usize) -> Result<Option<Located>, ()> {
+    // Not looked up yet (the constructor that does it did not run): the
+    // `dlsym` that looks it up takes the loader's lock too.
+    if !find_object::resolved() {
+        return Err(());
+    }
+    match find_object::locate(addr) {
+        find_object::Answer::Found(located) => Ok(Some(located)),
+        find_object::Answer::NotMapped => Ok(None),
+        find_object::Answer::Unavailable => Err(()),
+    }
+}
+
 /// Looks `_dl_find_object` up now. `dlsym` takes the dynamic loader's lock:
 /// a library that registers from constructors calls this from its own
 /// constructor, so that no later registration calls `dlsym` while another
@@ -243,6 +259,11 @@ mod find_object {
 
     pub(super) fn resolve() {
         let _ = function();
+    }
+
+    /// Whether `_dl_find_object` was looked up (found or not).
+    pub(super) fn resolved() -> bool {
+        FUNCTION.load(Ordering::Acquire) != 0
     }
 
     fn function() -> Option<FindObject> {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use crate::library::{Images, Library, Origin, Symbol, SymbolKind};
 use crate::loader_lock::Inside;
 use crate::lock::ForkSafeMutex;
+use crate::process;
 use crate::slots::{self, Fatbin, Runtime, State};
 
 /// A multiplicative hash for addresses and short names (FxHash's constant):
@@ -204,20 +205,43 @@ pub(crate) fn count() -> usize {
 }
 
 /// The library with this id, if still registered: a fat binary's record is
-/// made the first time, outside the lock (see the module docs).
+/// made the first time. It is made under the lock, which keeps the object
+/// loaded (its destructor's unregistration waits for the lock), when its
+/// segment is found without the loader's lock (the pinned object, or glibc's
+/// `_dl_find_object`); only when a walk of the loaded objects is needed
+/// (older C libraries) is it made outside, the walk itself holding the
+/// loader's lock against `dlclose`, and inserted only while the slot is live.
 pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
-    let existing = with(|r| match r.libraries.get(id) {
-        Some(Some(library)) => Some(Ok(library.clone())),
-        _ => is_live(id).then_some(Err(())),
-    })?;
-    if let Ok(library) = existing {
-        return Some(library);
-    }
+    // A no-op once `_dl_find_object` is looked up (by the constructor).
+    process::prepare_locate();
     let slot = slots::get(id)?;
-    if slot.state() != State::Fatbin {
-        return None;
-    }
-    let made = Arc::new(Library::from_slot(id, slot.fatbin()?));
+    let made = with(|r| {
+        if let Some(Some(library)) = r.libraries.get(id) {
+            return Some(Ok(library.clone()));
+        }
+        if slot.state() != State::Fatbin {
+            return (slot.state() == State::Descriptor).then_some(Err(None));
+        }
+        let fatbin = slot.fatbin()?;
+        let mut walk = false;
+        let library = Library::from_slot(id, fatbin, |addr| {
+            process::locate_without_walk(addr).unwrap_or_else(|()| {
+                walk = true;
+                None
+            })
+        });
+        if walk {
+            return Some(Err(Some(fatbin)));
+        }
+        let library = Arc::new(library);
+        set(&mut r.libraries, id, Some(library.clone()));
+        Some(Ok(library))
+    })?;
+    let fatbin = match made {
+        Ok(library) => return Some(library),
+        Err(fatbin) => fatbin?,
+    };
+    let made = Arc::new(Library::from_slot(id, fatbin, process::locate_by_walk));
     with(|r| {
         if let Some(Some(library)) = r.libraries.get(id) {
             return Some(library.clone());

@@ -24,6 +24,7 @@ use offload_loader::ImageSource;
 use crate::library::{Library, Made, Message, Symbol, SymbolKind};
 use crate::loader_lock;
 use crate::objects::{self, Pin};
+use crate::process;
 use crate::registry;
 use crate::slots;
 use crate::stack::Stack;
@@ -54,8 +55,10 @@ pub(crate) fn devices() -> &'static [Device] {
     &detection().devices
 }
 
-/// Called by registration (maybe in a constructor): with
-/// `OFFLOAD_LOADER_EAGER=1`, library `id` is loaded at the next query.
+/// Called by registration of a library or of one of its symbols (maybe in a
+/// constructor): with `OFFLOAD_LOADER_EAGER=1`, library `id` is loaded, and
+/// its symbols resolved, at the next query (which may come between two
+/// registrations of the same constructor: each one asks again).
 pub(crate) fn registered(id: usize) {
     if eager() {
         EAGER.push(id);
@@ -69,10 +72,12 @@ pub(crate) fn settle() {
     // Dropping the last reference unloads (`hsa_executable_destroy`,
     // `cuModuleUnload`, the context's release) on this thread.
     drop(RETIRED.take());
-    let pending = EAGER.take();
+    let mut pending = EAGER.take();
     if pending.is_empty() {
         return;
     }
+    pending.sort_unstable();
+    pending.dedup();
     let detection = detection();
     for id in pending {
         if let Some(library) = registry::library(id) {
@@ -235,10 +240,9 @@ pub(crate) fn lookup(
     device: i64,
     what: impl Fn() -> String,
 ) -> Result<(u64, u64), Error> {
-    let detection = detection();
     let (id, symbol) = found.ok_or_else(|| Error::NoSymbol(what()))?;
     let library = registry::library(id).ok_or_else(|| Error::NoSymbol(what()))?;
-    resolve(&library, detection, device, &symbol, what)
+    resolve(&library, detection(), device, &symbol, what)
 }
 
 fn resolve_in(
@@ -280,8 +284,10 @@ pub(crate) fn unregister(id: usize) -> bool {
     let slot = slots::get(id).and_then(|s| s.fatbin());
     let record = record.or_else(|| {
         // A fat binary never used has no record yet: made now to report it.
+        // In the destructor: the object is loaded, and this thread may hold
+        // the loader's lock already (a walk then takes it again, recursively).
         let fatbin = slot.filter(|_| info::enabled())?;
-        Some(Arc::new(Library::from_slot(id, fatbin)))
+        Some(Arc::new(Library::from_slot(id, fatbin, process::locate)))
     });
     if let Some(library) = record {
         if info::enabled() {
