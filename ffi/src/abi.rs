@@ -6,8 +6,9 @@
 //! thread-local: the first write of a thread-local with a destructor
 //! registers that destructor through `__cxa_thread_atexit_impl`, which takes
 //! the dynamic loader's lock (see `loader_lock`), while a key's destructor
-//! is registered once, with the key. The library is linked `-z nodelete`
-//! (build.rs), so that destructor's code stays mapped for every thread.
+//! is registered once, with the key. The shared library is linked `-z
+//! nodelete` (build.rs), so that destructor's code stays mapped for every
+//! thread; a static copy deletes the key as it is unloaded ([`forget`]).
 
 use std::ffi::{c_char, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -52,6 +53,17 @@ pub(crate) fn prepare() {
     let _ = key();
 }
 
+/// Deletes the key (from the library's destructor): its destructor is code
+/// of this library, which a static copy linked into an unloadable shared
+/// object takes with it. Threads' messages are then left, not freed.
+pub(crate) fn forget() {
+    let k = KEY.swap(0, Ordering::AcqRel);
+    if k != 0 {
+        // SAFETY: a key this module created, deleted once (the swap).
+        unsafe { libc::pthread_key_delete((k - 1) as libc::pthread_key_t) };
+    }
+}
+
 /// Records `message` as this thread's last error (see `offload_loader_last_error`).
 pub(crate) fn set_last_error(message: impl Into<String>) {
     let Some(key) = key() else { return };
@@ -64,7 +76,9 @@ pub(crate) fn set_last_error(message: impl Into<String>) {
     // leaked by an earlier call on this thread, replaced before it is freed.
     unsafe {
         let old = libc::pthread_getspecific(key);
-        if libc::pthread_setspecific(key, c.into_raw().cast()) != 0 {
+        let new = c.into_raw();
+        if libc::pthread_setspecific(key, new.cast()) != 0 {
+            free_message(new.cast());
             return;
         }
         free_message(old);
@@ -86,6 +100,7 @@ pub(crate) fn last_error() -> *const c_char {
 /// Runs `f`, turning a panic into `fallback` and a last-error message, so that
 /// no unwinding ever crosses into the C caller.
 pub(crate) fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    crate::info::init();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(payload) => {

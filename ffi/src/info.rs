@@ -28,7 +28,8 @@ pub(crate) fn enabled() -> bool {
 
 /// Installs the `OFFLOAD_LOADER_LOG` subscriber, the first time.
 pub(crate) fn init() {
-    if SUBSCRIBER.swap(true, Ordering::AcqRel) {
+    // One load on every entry point's path; the swap only the first time.
+    if SUBSCRIBER.load(Ordering::Relaxed) || SUBSCRIBER.swap(true, Ordering::AcqRel) {
         return;
     }
     if let Ok(filter) = std::env::var("OFFLOAD_LOADER_LOG") {

@@ -63,3 +63,14 @@ extern "C" fn on_load() {
 #[used]
 #[link_section = ".init_array"]
 static ON_LOAD: extern "C" fn() = on_load;
+
+/// Runs when the library is unloaded (at exit, or when a static copy's
+/// shared object is closed): deletes the last error's `pthread` key, whose
+/// destructor is this library's code.
+extern "C" fn on_unload() {
+    let _ = std::panic::catch_unwind(abi::forget);
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static ON_UNLOAD: extern "C" fn() = on_unload;
