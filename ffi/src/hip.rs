@@ -144,8 +144,9 @@ pub(crate) fn add(
         name: name as usize,
         kind,
     };
-    if let Err(e) = registry::add_symbol(id, symbol) {
-        set_last_error(e.to_string());
+    match registry::add_symbol(id, symbol) {
+        Ok(()) => runtime::registered(id),
+        Err(e) => set_last_error(e.to_string()),
     }
 }
 

@@ -167,8 +167,9 @@ fn register(desc: u64) -> Result<(), RegistrationError> {
                 name,
                 kind,
             };
-            if let Err(e) = registry::add_symbol(id, symbol) {
-                set_last_error(e.to_string());
+            match registry::add_symbol(id, symbol) {
+                Ok(()) => runtime::registered(id),
+                Err(e) => set_last_error(e.to_string()),
             }
         }
     }

@@ -88,12 +88,12 @@ pub extern "C" fn offload_loader_selected_image(
     guard(INTERNAL, || {
         runtime::settle();
         status((|| {
-            let detection = runtime::detection();
             let lib = usize::try_from(library)
                 .ok()
                 .and_then(registry::library)
                 .ok_or(Error::NoLibrary(library.into()))?;
-            let made = runtime::made(&lib, detection).ok_or(Error::NoLibrary(library.into()))?;
+            let made = runtime::made(&lib, runtime::detection())
+                .ok_or(Error::NoLibrary(library.into()))?;
             let selection = usize::try_from(device)
                 .ok()
                 .and_then(|d| made.selections.get(d))
