@@ -464,7 +464,8 @@ fn hostile_calls_are_errors_not_crashes() {
         hostile(&e, &[case], &[]);
     }
     // OFFLOAD_LOADER_INFO reports the selection of a library nothing ever
-    // looked up (the program's own, library 0) when it is unregistered.
+    // looked up (the program's own, library 0) when it is unregistered, the
+    // devices being known by then (a destructor never detects).
     let out = hostile(&e, &["double-release"], &[("OFFLOAD_LOADER_INFO", "1")]);
     let line = |suffix: &str| {
         out.lines()

@@ -63,6 +63,9 @@ static void **register_one(int i) {
 }
 
 static void double_release(void) {
+  /* Devices known: a library unregistered before its first use is reported
+   * with its selection (a destructor never detects). */
+  offload_loader_device_count();
   void **h = register_one(0);
   int before = offload_loader_library_count();
   __hipUnregisterFatBinary(h);
