@@ -27,9 +27,18 @@ pub(crate) fn enabled() -> bool {
 }
 
 /// Installs the `OFFLOAD_LOADER_LOG` subscriber, the first time.
+#[inline]
 pub(crate) fn init() {
-    // One load on every entry point's path; the swap only the first time.
-    if SUBSCRIBER.load(Ordering::Relaxed) || SUBSCRIBER.swap(true, Ordering::AcqRel) {
+    // One load on every entry point's path; the rest only the first time.
+    if !SUBSCRIBER.load(Ordering::Relaxed) {
+        install();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn install() {
+    if SUBSCRIBER.swap(true, Ordering::AcqRel) {
         return;
     }
     if let Ok(filter) = std::env::var("OFFLOAD_LOADER_LOG") {
