@@ -296,10 +296,6 @@ impl ImageSource for Reading<'_> {
 }
 
 impl Reading<'_> {
-    pub(crate) fn id(&self) -> usize {
-        self.lib.id
-    }
-
     /// The fat binary's container, parsed now if it was not yet.
     fn container(&self) -> Result<&Container<'_>, &offload_loader::Error> {
         let Images::Fatbin { bytes, parsed } = &self.lib.source else {
@@ -320,28 +316,25 @@ impl Reading<'_> {
         parsed.as_ref()
     }
 
-    /// Why the library's images cannot be listed, if they cannot: a fat
-    /// binary that does not parse, said after "no compatible image".
-    pub(crate) fn unreadable(&self) -> String {
+    /// Why a fat binary's images cannot be listed, if they cannot.
+    fn parse_error(&self) -> Option<&offload_loader::Error> {
         match &self.lib.source {
-            Images::Fatbin { .. } => self
-                .container()
-                .err()
-                .map(|e| format!(" (its fat binary cannot be read: {e})"))
-                .unwrap_or_default(),
-            Images::Listed { .. } => String::new(),
+            Images::Fatbin { .. } => self.container().err(),
+            Images::Listed { .. } => None,
         }
     }
 
-    /// The message for a fat binary that does not parse, if it does not.
+    /// [`Reading::parse_error`], said after "no compatible image".
+    pub(crate) fn unreadable(&self) -> String {
+        self.parse_error()
+            .map(|e| format!(" (its fat binary cannot be read: {e})"))
+            .unwrap_or_default()
+    }
+
+    /// [`Reading::parse_error`] as a warning naming the library.
     pub(crate) fn parse_failure(&self) -> Option<String> {
-        match &self.lib.source {
-            Images::Fatbin { .. } => self
-                .container()
-                .err()
-                .map(|e| format!("{}: {e}", self.origin())),
-            Images::Listed { .. } => None,
-        }
+        self.parse_error()
+            .map(|e| format!("{}: {e}", self.origin()))
     }
 
     /// `<object path> fatbin at 0x…`: built now, for a message.
@@ -454,7 +447,7 @@ impl Reading<'_> {
         if devices.is_empty() && info {
             out.push(Message::Info(format!(
                 "library {} ({}): {} images, no GPU found",
-                self.id(),
+                self.lib.id,
                 self.origin(),
                 images.len()
             )));
@@ -470,7 +463,7 @@ impl Reading<'_> {
                         .collect();
                     out.push(Message::Info(format!(
                         "library {} ({}): device {d} {} loads [{i}] {}{}",
-                        self.id(),
+                        self.lib.id,
                         self.origin(),
                         device.target,
                         images[i].id,
@@ -493,7 +486,7 @@ impl Reading<'_> {
                 }
                 None if info => out.push(Message::Info(format!(
                     "library {} ({}): device {d} {}: no {} code in this library",
-                    self.id(),
+                    self.lib.id,
                     self.origin(),
                     device.target,
                     device.target.vendor()

@@ -215,12 +215,14 @@ pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
     // A no-op once `_dl_find_object` is looked up (by the constructor).
     process::prepare_locate();
     let slot = slots::get(id)?;
+    // The record, or (`Err`) the fat binary whose segment needs a walk.
     let made = with(|r| {
         if let Some(Some(library)) = r.libraries.get(id) {
             return Some(Ok(library.clone()));
         }
+        // A descriptor's record is made at registration: none is gone.
         if slot.state() != State::Fatbin {
-            return (slot.state() == State::Descriptor).then_some(Err(None));
+            return None;
         }
         let fatbin = slot.fatbin()?;
         let mut walk = false;
@@ -231,7 +233,7 @@ pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
             })
         });
         if walk {
-            return Some(Err(Some(fatbin)));
+            return Some(Err(fatbin));
         }
         let library = Arc::new(library);
         set(&mut r.libraries, id, Some(library.clone()));
@@ -239,7 +241,7 @@ pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
     })?;
     let fatbin = match made {
         Ok(library) => return Some(library),
-        Err(fatbin) => fatbin?,
+        Err(fatbin) => fatbin,
     };
     let made = Arc::new(Library::from_slot(id, fatbin, process::locate_by_walk));
     with(|r| {

@@ -15,12 +15,11 @@
 use std::sync::Arc;
 
 use offload_detect::{Detection, Device, LoadedImage};
+use offload_loader::{ImageSource, Selection};
 use once_cell::race::OnceBool;
 
 use crate::error::Error;
 use crate::info;
-use offload_loader::ImageSource;
-
 use crate::library::{Library, Made, Message, Symbol, SymbolKind};
 use crate::loader_lock;
 use crate::objects::{self, Pin};
@@ -142,41 +141,33 @@ fn origin(library: &Library) -> String {
 
 /// The module loaded from `library` on `device`, loading it the first time.
 /// Two threads may both load; the loser's module is unloaded as it drops.
-pub(crate) fn module(
+fn module(
     library: &Library,
     detection: &'static Detection,
     made: &Made,
     device: usize,
 ) -> Result<Arc<LoadedImage>, Error> {
-    let cell = made
-        .modules
-        .get(device)
-        .ok_or(Error::NoDevice(device as i64))?;
+    let no_device = || Error::NoDevice(device as i64);
+    let cell = made.modules.get(device).ok_or_else(no_device)?;
     if let Some(loaded) = cell.get() {
         return loaded.clone();
     }
-    let loaded = load(library, detection, made, device);
+    let selection = made.selections.get(device).ok_or_else(no_device)?;
+    let target = detection.devices.get(device).ok_or_else(no_device)?;
+    let loaded = load(library, selection, target, device);
     let _ = cell.set(Box::new(loaded.clone()));
     cell.get().cloned().unwrap_or(loaded)
 }
 
-/// Copies the image selected for `device` out of the library, then loads
-/// the copy: the driver never reads the library's memory, so no reader is
-/// counted while it works.
+/// Copies the image `selection` chose for `target` (device `device`) out of
+/// the library, then loads the copy: the driver never reads the library's
+/// memory, so no reader is counted while it works.
 fn load(
     library: &Library,
-    detection: &'static Detection,
-    made: &Made,
+    selection: &Selection,
+    target: &Device,
     device: usize,
 ) -> Result<Arc<LoadedImage>, Error> {
-    let selection = made
-        .selections
-        .get(device)
-        .ok_or(Error::NoDevice(device as i64))?;
-    let target = detection
-        .devices
-        .get(device)
-        .ok_or(Error::NoDevice(device as i64))?;
     let (bytes, id, origin) = {
         let reading = library.enter().ok_or(Error::NoLibrary(library.id as i64))?;
         let Some(index) = selection.chosen else {
@@ -291,23 +282,17 @@ pub(crate) fn unregister(id: usize) -> bool {
     });
     if let Some(library) = record {
         if info::enabled() {
-            let messages = library.enter().map(|reading| {
-                let mut messages = Vec::new();
-                if let Some(detection) = offload_detect::detected() {
-                    if library.made(detection).is_none() {
-                        let selections = reading.select_all(&detection.devices);
-                        messages = reading.report(&detection.devices, &selections, true);
-                    }
-                }
-                messages.push(Message::Info(format!(
-                    "library {id} ({}): unregistered",
-                    reading.origin()
-                )));
-                messages
-            });
-            // This thread may hold the loader's lock (a destructor), which
-            // is recursive: saying something waits on no other thread.
-            info::say(messages.unwrap_or_default());
+            // Selected (and reported) now if it never was, but only for
+            // devices already known. This thread may hold the loader's lock
+            // (a destructor), which is recursive: saying something waits on
+            // no other thread.
+            if let Some(detection) = offload_detect::detected() {
+                made(&library, detection);
+            }
+            info::say([Message::Info(format!(
+                "library {id} ({}): unregistered",
+                origin(&library)
+            ))]);
         }
         library.revoke();
         retire(library);
