@@ -189,8 +189,7 @@ pub extern "C" fn __cudaPopCallConfiguration(
 /// loading the image selected for that device if it is not yet loaded.
 #[no_mangle]
 pub extern "C" fn __cudaGetKernel(kernel: *mut *mut c_void, host_fun: *const c_void) -> c_int {
-    guard(CUDA_ERROR_INVALID_DEVICE_FUNCTION, || {
-        runtime::settle();
+    crate::query::query(CUDA_ERROR_INVALID_DEVICE_FUNCTION, || {
         let what = || format!("kernel with host stub {host_fun:p}");
         let resolved = runtime::lookup(registry::kernel(host_fun as usize), 0, what);
         match resolved {

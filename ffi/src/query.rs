@@ -15,6 +15,14 @@ use crate::registry;
 use crate::runtime::{self, devices};
 use crate::{abi, guard};
 
+/// [`guard`] for a query: settles first (see the module docs).
+pub(crate) fn query<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    guard(fallback, || {
+        runtime::settle();
+        f()
+    })
+}
+
 /// Copies `s` with a NUL into `buf` of `len` bytes.
 fn copy_str(s: &str, buf: *mut c_char, len: usize) -> Result<(), Error> {
     if buf.is_null() {
@@ -37,10 +45,7 @@ fn copy_str(s: &str, buf: *mut c_char, len: usize) -> Result<(), Error> {
 /// Number of devices found (or given by `OFFLOAD_LOADER_DEVICES`).
 #[no_mangle]
 pub extern "C" fn offload_loader_device_count() -> c_int {
-    guard(0, || {
-        runtime::settle();
-        devices().len() as c_int
-    })
+    query(0, || devices().len() as c_int)
 }
 
 /// The target of device `device` (`gfx90a:sramecc+:xnack-`, `sm_90`) into `buf`.
@@ -50,8 +55,7 @@ pub extern "C" fn offload_loader_device_target(
     buf: *mut c_char,
     len: usize,
 ) -> c_int {
-    guard(INTERNAL, || {
-        runtime::settle();
+    query(INTERNAL, || {
         status(
             usize::try_from(device)
                 .ok()
@@ -65,10 +69,7 @@ pub extern "C" fn offload_loader_device_target(
 /// Number of libraries registered so far (ids run from 0; unregistered ones stay counted).
 #[no_mangle]
 pub extern "C" fn offload_loader_library_count() -> c_int {
-    guard(0, || {
-        runtime::settle();
-        registry::count().try_into().unwrap_or(c_int::MAX)
-    })
+    query(0, || registry::count().try_into().unwrap_or(c_int::MAX))
 }
 
 /// The image library `library` selected for `device`: its index, target ID
@@ -85,8 +86,7 @@ pub extern "C" fn offload_loader_selected_image(
     data: *mut *const c_void,
     size: *mut usize,
 ) -> c_int {
-    guard(INTERNAL, || {
-        runtime::settle();
+    query(INTERNAL, || {
         status((|| {
             let lib = usize::try_from(library)
                 .ok()
@@ -140,11 +140,10 @@ pub extern "C" fn offload_loader_kernel(
     device: c_int,
     handle: *mut u64,
 ) -> c_int {
-    guard(INTERNAL, || {
+    query(INTERNAL, || {
         if handle.is_null() {
             return status(Err(Error::Invalid("null handle pointer")));
         }
-        runtime::settle();
         let found = registry::kernel(host_stub as usize);
         let what = || format!("kernel with host stub {host_stub:p}");
         status(runtime::lookup(found, device.into(), what).map(|(h, _)| {
@@ -161,13 +160,12 @@ pub extern "C" fn offload_loader_kernel_by_name(
     device: c_int,
     handle: *mut u64,
 ) -> c_int {
-    guard(INTERNAL, || {
+    query(INTERNAL, || {
         if name.is_null() || handle.is_null() {
             return status(Err(Error::Invalid("null name or handle pointer")));
         }
         // SAFETY: the caller passes a NUL-terminated string.
         let name = unsafe { CStr::from_ptr(name) };
-        runtime::settle();
         let found = registry::kernel_by_name(name);
         let what = || format!("kernel {}", name.to_string_lossy());
         status(runtime::lookup(found, device.into(), what).map(|(h, _)| {
@@ -185,8 +183,7 @@ pub extern "C" fn offload_loader_variable(
     address: *mut u64,
     size: *mut u64,
 ) -> c_int {
-    guard(INTERNAL, || {
-        runtime::settle();
+    query(INTERNAL, || {
         let found = registry::variable(host_var as usize);
         let what = || format!("variable with host address {host_var:p}");
         status(runtime::lookup(found, device.into(), what).map(|(a, s)| {
@@ -206,8 +203,7 @@ pub extern "C" fn offload_loader_variable(
 /// Number of kernels and variables registered in library `library`, or -1.
 #[no_mangle]
 pub extern "C" fn offload_loader_symbol_count(library: c_int) -> c_int {
-    guard(NOT_FOUND, || {
-        runtime::settle();
+    query(NOT_FOUND, || {
         usize::try_from(library)
             .ok()
             .and_then(registry::symbol_count)
