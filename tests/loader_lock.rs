@@ -16,7 +16,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -51,25 +51,18 @@ fn run(e: &Loader, exe: &Path, args: &[&str], cuda: &str, env: &[(&str, &str)]) 
         "loader-lock-{}",
         RUNS.fetch_add(1, Ordering::Relaxed)
     ));
-    let mut cmd = Command::new(exe);
+    let amd = if cuda.is_empty() {
+        "gfx90a:sramecc+:xnack-;gfx1030"
+    } else {
+        ""
+    };
+    let mut cmd = e.fake_driver(exe, amd, &dir.join("loads.log"));
     cmd.args(args)
-        .env("OFFLOAD_LOADER_HSA_LIBRARY", &e.fake)
-        .env("OFFLOAD_LOADER_CUDA_LIBRARY", &e.fake)
-        .env(
-            "FAKE_HSA_AGENTS",
-            if cuda.is_empty() {
-                "gfx90a:sramecc+:xnack-;gfx1030"
-            } else {
-                ""
-            },
-        )
         .env("FAKE_CUDA_DEVICES", cuda)
         .env("FAKE_CUDA_DRIVER_VERSION", "13050")
-        .env("FAKE_DRIVER_LOG", dir.join("loads.log"))
         // Each load dlopens a library, as CUDA's PTX JIT does, under the
         // driver's own lock, which unloads take too.
         .env("FAKE_LOAD_DLOPEN", "libm.so.6")
-        .env_remove("OFFLOAD_LOADER_DEVICES")
         .env_remove("OFFLOAD_LOADER_INFO")
         .env_remove("OFFLOAD_LOADER_EAGER")
         .env_remove("OFFLOAD_LOADER_LOG");
