@@ -9,7 +9,7 @@
 //! kernel and variable. A small query API (`offload_loader_*`, see
 //! `include/offload_loader.h`) answers what was registered and selected.
 //!
-//! No panic crosses the ABI: every entry point runs under [`guard`], and a
+//! No panic crosses the ABI: every entry point runs under `guard`, and a
 //! failure is recorded as the calling thread's last error. Registration is
 //! thread-safe, lock-free and fork-safe, and a library is revoked before its
 //! object is unmapped, without waiting on the dynamic loader (see

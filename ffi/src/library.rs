@@ -346,7 +346,7 @@ impl Reading<'_> {
     }
 
     /// The selection for each of `devices`, made through
-    /// [`offload_loader::select`], the function `offload-probe` calls.
+    /// [`offload_loader::select()`], the function `offload-probe` calls.
     pub(crate) fn select_all(&self, devices: &[Device]) -> Vec<Selection> {
         let policy = Policy {
             offload_kind: Some(self.lib.runtime.offload_kind()),

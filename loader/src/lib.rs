@@ -32,7 +32,7 @@
 //! | [`target`] | target IDs, the AMDGPU processor table, NVIDIA archs, triples, offload kinds |
 //! | [`image`] | the image model ([`Image`], [`Content`], [`CodeKind`]) and the readers of an image's own header (AMDGPU code objects, cubins, PTX) |
 //! | [`bundle`], [`text_bundle`], [`compressed`], [`offload_binary`], [`nv_fatbin`], [`entries`], [`registration`] | one format each; each returns its own records |
-//! | [`select`] | which image a device runs, ranked, with a reason per rejection |
+//! | [`select()`] | which image a device runs, ranked, with a reason per rejection |
 //! | [`container`] | one section's bytes → containers → [`Image`]s; a [`Container`] is an [`ImageSource`] |
 //! | [`discover`] | offload sections in files, archives and raw containers |
 

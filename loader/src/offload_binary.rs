@@ -3,7 +3,7 @@
 //! Layout (llvm/include/llvm/Object/OffloadBinary.h, llvm/lib/Object/OffloadBinary.cpp),
 //! little-endian, offsets absolute from the binary's start:
 //!
-//! - Header, 32 bytes: magic[4], u32 version, u64 total size, u64 entries offset,
+//! - Header, 32 bytes: magic\[4\], u32 version, u64 total size, u64 entries offset,
 //!   then u64 entries size (v1, always one 40-byte entry) or u64 entry count (v2).
 //! - Entry, 40 bytes: u16 image kind, u16 offload kind, u32 flags, u64 string-map
 //!   offset, u64 string count, u64 image offset, u64 image size.

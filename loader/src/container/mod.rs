@@ -8,7 +8,7 @@
 //! containers, not with the size of their images. Code objects are read, and
 //! compressed bundles inflated, only when [`Container::image_bytes`] asks.
 //!
-//! Each format's reader returns its own records; [`images`] turns them into
+//! Each format's reader returns its own records; `images` turns them into
 //! [`Image`]s. A [`Container`] is an [`ImageSource`]: selection reads the
 //! header of the image it is about to choose through it.
 

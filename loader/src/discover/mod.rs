@@ -1,5 +1,5 @@
 //! Where offload code lives: sections of ELF files, archive members and raw
-//! container files ([`file`]). (The objects loaded in a process are the
+//! container files ([`mod@file`]). (The objects loaded in a process are the
 //! runtime's business: `offload-loader-ffi` finds its registrations there.)
 //!
 //! Only section headers and container headers are read; files are memory-mapped

@@ -157,7 +157,7 @@ impl Content {
 /// One image of a container, described without its bytes.
 ///
 /// A plain record: the container walk ([`crate::container`]) fills it from a
-/// format's own records, selection ([`crate::select`]) reads it.
+/// format's own records, selection ([`crate::select()`]) reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Image {

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The crates as crates.io and docs.rs take them: each packages and builds
+# from its package alone, in dependency order (`cargo package --workspace`
+# resolves the path dependencies' versions through a local registry, as
+# publishing them in order would), the documentation builds without
+# warnings, and `cargo install --path probe` installs the probe.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+echo "== cargo package (offload-loader, offload-detect, offload-loader-ffi, offload-probe)"
+log=$(mktemp)
+if ! cargo package --workspace --allow-dirty \
+  --exclude offload-loader-workspace --exclude offload-test-drivers >"$log" 2>&1; then
+  cat "$log"
+  exit 1
+fi
+grep -E "^\s*(Packaged|Verifying|warning)" "$log"
+rm -f "$log"
+echo "== cargo doc (warnings are errors)"
+# The C library's crate shares its library name with offload-loader: documented apart.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -q -p offload-loader -p offload-detect -p offload-probe
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -q -p offload-loader-ffi
+echo "== cargo install --path probe"
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+cargo install -q --locked --path probe --root "$root"
+"$root/bin/offload-probe" --version
