@@ -48,6 +48,14 @@
 extern "C" {
 #endif
 
+/* ---- Version --------------------------------------------------------- */
+/* The version of this header; offload_loader_version() gives the library's.
+ * The library's SONAME is liboffload_loader.so.<MAJOR>. */
+#define OFFLOAD_LOADER_VERSION_MAJOR 0
+#define OFFLOAD_LOADER_VERSION_MINOR 1
+#define OFFLOAD_LOADER_VERSION_PATCH 0
+#define OFFLOAD_LOADER_VERSION_STRING "0.1.0"
+
 /* ---- Return codes of the query API ---------------------------------- */
 #define OFFLOAD_LOADER_OK 0
 #define OFFLOAD_LOADER_NOT_FOUND (-1) /* no such device, library, symbol */
@@ -85,6 +93,44 @@ void __hipRegisterSurface(void **handle, void *var, char *dev_name,
 void __hipRegisterTexture(void **handle, void *var, char *dev_name,
                           const char *name, int dim, int norm, int ext);
 
+/* ---- CUDA registration (nvcc -cudart none; CUDA's crt/host_runtime.h) -- */
+
+/* Declared here only for C programs that do not include CUDA's own headers
+ * (which declare the same functions with CUDA's types). */
+#if !defined(__CUDACC__) && !defined(__CUDA_RUNTIME_H__)
+typedef struct offload_loader_dim3 {
+  unsigned x, y, z;
+} offload_loader_dim3;
+
+/* `wrapper` points to {uint32 magic 0x466243b1, uint32 version, const void*
+ * fatbin, void* unused} in .nvFatBinSegment. Returns a handle as HIP's. */
+void **__cudaRegisterFatBinary(void *wrapper);
+/* Nothing is left to do at the end of registration. */
+void __cudaRegisterFatBinaryEnd(void **handle);
+/* Releases a handle once, as __hipUnregisterFatBinary. */
+void __cudaUnregisterFatBinary(void **handle);
+void __cudaRegisterFunction(void **handle, const char *host_fun,
+                            char *device_fun, const char *name,
+                            int thread_limit, void *tid, void *bid,
+                            void *block_dim, void *grid_dim, int *warp_size);
+void __cudaRegisterVar(void **handle, char *host_var, char *device_address,
+                       const char *name, int ext, size_t size, int constant,
+                       int global);
+/* The launch configuration a kernel's host stub pops: kept per thread. */
+unsigned __cudaPushCallConfiguration(offload_loader_dim3 grid,
+                                     offload_loader_dim3 block, size_t shared,
+                                     void *stream);
+int __cudaPopCallConfiguration(offload_loader_dim3 *grid,
+                               offload_loader_dim3 *block, size_t *shared,
+                               void **stream);
+/* The CUfunction of a host stub on device 0 (loads the image if needed). */
+int __cudaGetKernel(void **kernel, const void *host_fun);
+/* Always cudaErrorNotSupported (801): launch with cuLaunchKernel. */
+int __cudaLaunchKernel(const void *kernel, offload_loader_dim3 grid,
+                       offload_loader_dim3 block, void **args, size_t shared,
+                       void *stream);
+#endif
+
 /* ---- OpenMP registration (emitted by clang's offload wrapper) --------- */
 
 /* struct __tgt_bin_desc { int32_t NumDeviceImages; __tgt_device_image
@@ -105,6 +151,10 @@ void __tgt_init_all_rtls(void);
 void __tgt_register_image_info(void *image_info);
 
 /* ---- Query API --------------------------------------------------------- */
+
+/* The library's version, "MAJOR.MINOR.PATCH" (static storage; never NULL),
+ * to compare with OFFLOAD_LOADER_VERSION_STRING at run time. */
+const char *offload_loader_version(void);
 
 /* Devices found (or given by OFFLOAD_LOADER_DEVICES). */
 int offload_loader_device_count(void);

@@ -42,6 +42,19 @@ fn copy_str(s: &str, buf: *mut c_char, len: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// The library's version, `MAJOR.MINOR.PATCH` with a NUL, from the crate's
+/// (`OFFLOAD_LOADER_VERSION_STRING` in the header must match it: a test
+/// says so). Static storage; touches no state, so it needs no settling.
+#[no_mangle]
+pub extern "C" fn offload_loader_version() -> *const c_char {
+    const VERSION: &CStr =
+        match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+            Ok(v) => v,
+            Err(_) => panic!("the crate version has a NUL"),
+        };
+    VERSION.as_ptr()
+}
+
 /// Number of devices found (or given by `OFFLOAD_LOADER_DEVICES`).
 #[no_mangle]
 pub extern "C" fn offload_loader_device_count() -> c_int {

@@ -17,9 +17,22 @@ pub fn build_dir() -> PathBuf {
 }
 
 /// A file `cargo build --workspace` produces (`.ci/run` builds it first).
+/// For `liboffload_loader.so`, also the link named by its SONAME
+/// (`liboffload_loader.so.0`, as an install makes it), which programs linked
+/// against it look for at run time.
 pub fn built(file: &str) -> Option<PathBuf> {
     let p = build_dir().join(file);
     if p.exists() {
+        if file == "liboffload_loader.so" {
+            let soname =
+                p.with_file_name(super::tools::soname(&p).expect("the library has a SONAME"));
+            // Several tests may make it at once: an existing link is fine.
+            match std::os::unix::fs::symlink(file, &soname) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => panic!("linking {}: {e}", soname.display()),
+            }
+        }
         return Some(p);
     }
     assert!(
@@ -271,8 +284,15 @@ impl Toolchain {
                 plan.library(&lib);
                 plan.steps.push(Step::Mkdir("shim".into()));
                 plan.steps.push(Step::Symlink {
-                    from: lib,
+                    from: lib.clone(),
                     to: "shim/libomptarget.so".into(),
+                });
+                // The program records the library's SONAME, and finds it
+                // under that name beside the shim.
+                let soname = super::tools::soname(&lib).expect("the library has a SONAME");
+                plan.steps.push(Step::Symlink {
+                    from: lib,
+                    to: format!("shim/{soname}"),
                 });
                 args.extend(["-Lshim".into(), "-Wl,-rpath,$ORIGIN/shim".into()]);
             }

@@ -195,3 +195,16 @@ pub fn unpacked_wheel(prefix: &str, requirement: &str) -> Option<PathBuf> {
     }
     Some(venv)
 }
+
+/// The SONAME `readelf -d` reads in shared object `lib`.
+pub fn soname(lib: &Path) -> Option<String> {
+    let out = std::process::Command::new("readelf")
+        .arg("-d")
+        .arg(lib)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.contains("(SONAME)"))?;
+    let name = line.split_once('[')?.1.split_once(']')?.0;
+    Some(name.to_string())
+}
