@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use offload_detect::{
     detect_with, Backend, Config, Detection, DriverError, DriverStatus, Reason, Source, Status,
+    Vendors,
 };
 use offload_loader::select::DeviceTarget;
-use offload_loader::target::FeatureSetting;
+use offload_loader::target::{FeatureSetting, Vendor};
 
 // ------------------------------------------------------------ harness ----
 
@@ -184,6 +185,8 @@ fn child_case() {
         ("non_utf8", case_non_utf8),
         ("once_per_process", case_once_per_process),
         ("debian_hsa", case_debian_hsa),
+        ("no_driver_here", case_no_driver_here),
+        ("vendors_asked_for", case_vendors_asked_for),
     ];
     let (_, run) = cases
         .iter()
@@ -891,7 +894,10 @@ fn devices_is_detected_once_per_process() {
 fn case_once_per_process() {
     let first = offload_detect::devices();
     assert!(std::ptr::eq(first, offload_detect::devices()));
-    assert!(std::ptr::eq(first, offload_detect::detected().unwrap()));
+    assert!(std::ptr::eq(
+        first,
+        offload_detect::detected(Vendors::ALL).unwrap()
+    ));
     assert_eq!(
         targets(first),
         ["gfx942:sramecc+:xnack- (override)", "sm_90 (override)"]
@@ -1301,10 +1307,72 @@ fn case_cuda_context_kept() {
 
 const DEBIAN_HSA: &str = "/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1";
 
+/// Whether `lib` is mapped in this process.
+fn mapped(lib: &str) -> bool {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains(lib))
+}
+
 /// Detection exactly as a program here gets it (default library names, the
-/// real sysfs): Debian's libhsa-runtime64.so.1 loads, `hsa_init` fails with
-/// 0x1008 (no /dev/kfd), there is no KFD topology and no libcuda. The same
-/// verdict as `offload-arch` here: no GPU.
+/// real /dev, /proc and sysfs) on a machine with no GPU driver: no device,
+/// and no driver library loaded, because no `/dev/kfd`, `/dev/nvidiactl` or
+/// `/proc/driver/nvidia` says one could answer (the HSA runtime and its
+/// libraries cost 13 ms to load; see BENCHMARKS.md). The same verdict as
+/// `offload-arch` here: no GPU.
+#[test]
+fn no_gpu_driver_here_loads_no_driver_library() {
+    if [
+        "/dev/kfd",
+        "/dev/dxg",
+        "/dev/nvidiactl",
+        "/proc/driver/nvidia",
+    ]
+    .iter()
+    .any(|p| Path::new(p).exists())
+    {
+        eprintln!("skipped: this machine has a GPU kernel driver; the case expects none");
+        return;
+    }
+    run_case("no_driver_here", &[]);
+}
+
+fn case_no_driver_here() {
+    let d = offload_detect::devices();
+    assert!(d.devices.is_empty(), "{:?}", d.devices);
+    assert_eq!(
+        report(d, Backend::Hsa),
+        (
+            Status::NoDevice,
+            "no AMD GPU kernel driver here: none of /dev/kfd, /dev/dxg exists".into()
+        )
+    );
+    assert_eq!(
+        report(d, Backend::Kfd),
+        (
+            Status::Unavailable,
+            "no KFD topology at /sys/devices/virtual/kfd/kfd/topology/nodes".into()
+        )
+    );
+    assert_eq!(
+        report(d, Backend::Cuda),
+        (
+            Status::NoDevice,
+            "no NVIDIA GPU kernel driver here: none of /proc/driver/nvidia, /dev/nvidiactl, \
+             /dev/dxg exists"
+                .into()
+        )
+    );
+    assert!(!mapped("libhsa-runtime64"), "the HSA runtime was loaded");
+    assert!(!mapped("libcuda"), "the CUDA driver was loaded");
+}
+
+/// Debian's real HSA runtime, reached as on a machine whose `/dev/kfd` is
+/// there but unusable (a system root whose `dev/kfd` is a plain file: the
+/// runtime itself opens the real `/dev/kfd`, which is missing): it loads,
+/// `hsa_init` fails with 0x1008, and detection goes on to KFD and reports
+/// no GPU.
 #[test]
 fn debian_hsa_runtime_reports_no_gpu_quickly() {
     if !Path::new(DEBIAN_HSA).exists() {
@@ -1319,7 +1387,13 @@ fn debian_hsa_runtime_reports_no_gpu_quickly() {
         eprintln!("skipped: this machine has /dev/kfd; the case expects none");
         return;
     }
-    let out = run_case("debian_hsa", &[]);
+    let root = scratch("debian-hsa-root");
+    std::fs::create_dir_all(root.join("dev")).unwrap();
+    std::fs::write(root.join("dev/kfd"), "").unwrap();
+    let out = run_case(
+        "debian_hsa",
+        &[("TEST_SYSTEM_ROOT", root.to_str().unwrap())],
+    );
     // The harness prints the test's name on the same line as its first output.
     if let Some(at) = out.find("detection took") {
         eprintln!("{}", out[at..].lines().next().unwrap_or_default());
@@ -1327,12 +1401,16 @@ fn debian_hsa_runtime_reports_no_gpu_quickly() {
 }
 
 fn case_debian_hsa() {
+    let root = PathBuf::from(std::env::var_os("TEST_SYSTEM_ROOT").unwrap());
     let start = Instant::now();
-    let d = offload_detect::devices();
+    let d = detect_with(&Config {
+        system_root: Some(root.clone()),
+        ..Config::from_env()
+    });
     let took = start.elapsed();
     println!("detection took {took:?}");
     assert!(d.devices.is_empty(), "{:?}", d.devices);
-    let (status, reason) = report(d, Backend::Hsa);
+    let (status, reason) = report(&d, Backend::Hsa);
     assert_eq!(status, Status::Unavailable, "{reason}");
     assert!(
         reason.starts_with(
@@ -1341,16 +1419,76 @@ fn case_debian_hsa() {
         ),
         "{reason}"
     );
+    assert!(mapped("libhsa-runtime64"));
     assert_eq!(
-        report(d, Backend::Kfd),
+        report(&d, Backend::Kfd),
         (
             Status::Unavailable,
-            "no KFD topology at /sys/devices/virtual/kfd/kfd/topology/nodes".into()
+            format!(
+                "no KFD topology at {}",
+                root.join("sys/devices/virtual/kfd/kfd/topology/nodes")
+                    .display()
+            )
         )
     );
-    // No libcuda here either (the reason depends on what is installed).
-    assert_ne!(report(d, Backend::Cuda).0, Status::Skipped);
+    // No NVIDIA driver sign under this root: libcuda is not opened.
+    assert_eq!(report(&d, Backend::Cuda).0, Status::NoDevice);
     // (The reason is hsa_init's own failure, not a timeout: it did not hang.)
+}
+
+/// Only the vendors asked for are detected: the others' drivers are not
+/// opened, even when their kernel drivers are here; a driver library named
+/// explicitly is opened anyway.
+#[test]
+fn only_the_vendors_asked_for_are_detected() {
+    let Some(f) = fakes() else { return };
+    let root = scratch("vendors-root");
+    std::fs::create_dir_all(root.join("dev")).unwrap();
+    std::fs::create_dir_all(root.join("proc/driver/nvidia")).unwrap();
+    std::fs::write(root.join("dev/kfd"), "").unwrap();
+    run_case(
+        "vendors_asked_for",
+        &[
+            ("TEST_SYSTEM_ROOT", root.to_str().unwrap()),
+            ("OFFLOAD_LOADER_HSA_LIBRARY", f.full.to_str().unwrap()),
+            ("FAKE_HSA_AGENTS", "gfx90a:sramecc+:xnack-"),
+            ("FAKE_CUDA_DEVICES", CUDA_DEVICES),
+        ],
+    );
+}
+
+fn case_vendors_asked_for() {
+    let root = PathBuf::from(std::env::var_os("TEST_SYSTEM_ROOT").unwrap());
+    let config = |vendors| Config {
+        system_root: Some(root.clone()),
+        vendors,
+        ..Config::from_env()
+    };
+    // NVIDIA only: HSA is named, so it is opened and answers; CUDA is not
+    // named, and its default names are not found here.
+    let d = detect_with(&config(Vendors::of(Vendor::Nvidia)));
+    assert_eq!(targets(&d), ["gfx90a:sramecc+:xnack- (hsa)"]);
+    assert_ne!(report(&d, Backend::Cuda).0, Status::Skipped);
+    // AMD only: CUDA is neither asked for nor named.
+    let d = detect_with(&config(Vendors::of(Vendor::Amd)));
+    assert_eq!(targets(&d), ["gfx90a:sramecc+:xnack- (hsa)"]);
+    assert_eq!(
+        report(&d, Backend::Cuda),
+        (Status::Skipped, "no NVIDIA GPU asked for".into())
+    );
+    assert!(!mapped("libcuda"));
+    // Both, CUDA named too: every device, AMD first.
+    std::env::set_var(
+        "OFFLOAD_LOADER_CUDA_LIBRARY",
+        std::env::var_os("OFFLOAD_LOADER_HSA_LIBRARY").unwrap(),
+    );
+    let d = detect_with(&config(Vendors::of(Vendor::Amd)));
+    assert_eq!(
+        targets(&d).len(),
+        1 + CUDA_DEVICES.split(';').count(),
+        "{:?}",
+        targets(&d)
+    );
 }
 
 #[test]
@@ -1397,7 +1535,10 @@ fn case_late_driver() {
     assert_eq!(targets(found), ["gfx90a (hsa)"]);
     // Final now: detected once more, never again.
     assert!(std::ptr::eq(found, offload_detect::devices()));
-    assert!(std::ptr::eq(found, offload_detect::detected().unwrap()));
+    assert!(std::ptr::eq(
+        found,
+        offload_detect::detected(Vendors::ALL).unwrap()
+    ));
 }
 
 #[test]

@@ -76,6 +76,25 @@ fn executable_registers_selects_and_resolves_on_each_device() {
     }
 }
 
+/// A program whose registered images are all for AMD GPUs opens no NVIDIA
+/// driver: detection is asked for AMD only, and says so.
+#[test]
+fn a_hip_program_detects_amd_gpus_only() {
+    let Some(e) = loader() else { return };
+    let dir = scratch("hip-vendors");
+    let exe = e.build(app());
+    let mut cmd = e.fake_driver(&exe, "gfx90a:sramecc+:xnack-", &dir.join("log"));
+    cmd.env_remove("OFFLOAD_LOADER_CUDA_LIBRARY")
+        .env("OFFLOAD_LOADER_LOG", "offload_detect=debug");
+    let out = output_text(&mut cmd);
+    assert!(out.contains("devices=1 libraries=1"), "{out}");
+    assert!(
+        out.contains("cuda: skipped: no NVIDIA GPU asked for"),
+        "{out}"
+    );
+    assert!(out.contains("hsa: found 1"), "{out}");
+}
+
 fn strip_bytes(line: &str) -> String {
     line.split(" bytes=").next().unwrap().to_string()
 }

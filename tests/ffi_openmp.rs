@@ -45,6 +45,27 @@ fn openmp_program_registers_images_and_entries() {
     assert_eq!(loads.lines().count(), 2, "{loads}");
 }
 
+/// The images of an OpenMP program name their GPUs' vendor: one built for
+/// AMD GPUs only opens no NVIDIA driver (detection is asked for AMD only).
+#[test]
+fn openmp_program_for_amd_detects_amd_gpus_only() {
+    let Some(e) = loader() else { return };
+    let dir = scratch("omp-vendors");
+    let exe = e.build(LinkedProgram::openmp(
+        &["gfx90a:xnack-", "gfx1100"],
+        "examples/openmp_query.c",
+    ));
+    let mut cmd = e.fake_driver(&exe, "gfx1100", &dir.join("log"));
+    cmd.env_remove("OFFLOAD_LOADER_CUDA_LIBRARY")
+        .env("OFFLOAD_LOADER_LOG", "offload_detect=debug");
+    let out = output_text(&mut cmd);
+    assert!(out.contains("x=6 devices=1 libraries=1"), "{out}");
+    assert!(
+        out.contains("cuda: skipped: no NVIDIA GPU asked for"),
+        "{out}"
+    );
+}
+
 /// A program of the clang-offload-wrapper generation (clang-14): no offload
 /// section, the image behind a `__tgt_bin_desc` whose pointers a PIE file
 /// fills through dynamic relocations. The probe finds the descriptor from

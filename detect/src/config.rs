@@ -1,8 +1,10 @@
 //! What detection reads from the environment, gathered in one value so that
 //! tests and tools can pass it explicitly ([`crate::detect_with`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use offload_loader::target::Vendor;
 
 /// The detection settings. [`Config::from_env`] reads them from the process
 /// environment; [`Config::default`] is "detect normally, no overrides".
@@ -37,9 +39,74 @@ pub struct Config {
     /// `OFFLOAD_LOADER_DETECT_TIMEOUT_MS`: how long one driver may take
     /// (default 10 s).
     pub timeout: Option<Duration>,
+    /// The vendors whose GPUs to look for (default: all). A driver library
+    /// named explicitly (`hsa_library`, `cuda_library`) is opened anyway.
+    pub vendors: Vendors,
+    /// Where `/dev`, `/proc` and `/sys` are looked up for the signs of a
+    /// kernel driver (default `/`; a test's or a chroot's copy).
+    pub system_root: Option<PathBuf>,
+}
+
+/// A set of GPU vendors. The default is every vendor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Vendors(u8);
+
+impl Vendors {
+    /// No vendor.
+    pub const NONE: Vendors = Vendors(0);
+    /// AMD and NVIDIA.
+    pub const ALL: Vendors = Vendors(0b11);
+
+    const fn bit(vendor: Vendor) -> u8 {
+        match vendor {
+            Vendor::Amd => 0b01,
+            Vendor::Nvidia => 0b10,
+        }
+    }
+
+    /// The set of one vendor.
+    pub const fn of(vendor: Vendor) -> Vendors {
+        Vendors(Vendors::bit(vendor))
+    }
+
+    /// This set and `other`'s vendors.
+    pub const fn union(self, other: Vendors) -> Vendors {
+        Vendors(self.0 | other.0)
+    }
+
+    /// Whether `vendor` is in the set.
+    pub const fn contains(self, vendor: Vendor) -> bool {
+        self.0 & Vendors::bit(vendor) != 0
+    }
+
+    /// Whether the set is empty.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The set as bits (AMD 1, NVIDIA 2), to keep in an atomic.
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// The set of [`Vendors::bits`]; unknown bits are dropped.
+    pub const fn from_bits(bits: u8) -> Vendors {
+        Vendors(bits & Vendors::ALL.0)
+    }
+}
+
+impl Default for Vendors {
+    fn default() -> Vendors {
+        Vendors::ALL
+    }
 }
 
 impl Config {
+    /// [`Config::system_root`], or `/`.
+    pub(crate) fn system_root(&self) -> &Path {
+        self.system_root.as_deref().unwrap_or(Path::new("/"))
+    }
+
     /// The configuration the process environment gives.
     pub fn from_env() -> Config {
         Config::from_vars(
@@ -121,5 +188,16 @@ mod tests {
         assert_eq!(c.rocr_visible.as_deref(), Some(""));
         assert_eq!(c.hip_visible, None);
         assert_eq!(c.timeout, Some(Duration::from_millis(250)));
+        assert_eq!(c.vendors, Vendors::ALL);
+    }
+
+    #[test]
+    fn vendor_sets() {
+        let amd = Vendors::of(Vendor::Amd);
+        assert!(amd.contains(Vendor::Amd) && !amd.contains(Vendor::Nvidia));
+        assert_eq!(amd.union(Vendors::of(Vendor::Nvidia)), Vendors::ALL);
+        assert!(Vendors::NONE.is_empty());
+        assert_eq!(Vendors::from_bits(0xff), Vendors::ALL);
+        assert_eq!(Vendors::from_bits(amd.bits()), amd);
     }
 }

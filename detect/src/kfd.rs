@@ -24,8 +24,8 @@ use crate::overrides::gfx_override_processor;
 use crate::report::{Backend, BackendReport, Reason, Status};
 use crate::visible;
 
-/// Where the topology's nodes are on Linux.
-const DEFAULT_ROOT: &str = "/sys/devices/virtual/kfd/kfd/topology/nodes";
+/// Where the topology's nodes are on Linux, under the system root (`/`).
+const DEFAULT_ROOT: &str = "sys/devices/virtual/kfd/kfd/topology/nodes";
 
 /// One GPU node of the topology.
 #[derive(Debug)]
@@ -80,7 +80,7 @@ pub(crate) fn detect(config: &Config) -> (Vec<Node>, BackendReport) {
     let root = config
         .kfd_root
         .clone()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
+        .unwrap_or_else(|| config.system_root().join(DEFAULT_ROOT));
     let report = |status, reason| BackendReport::new(Backend::Kfd, status, Some(reason));
     let Ok(entries) = std::fs::read_dir(&root) else {
         return (

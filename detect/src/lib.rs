@@ -12,9 +12,18 @@
 //!    silent fall-back to detection).
 //! 2. The HSA runtime (module `hsa`), loaded at run time, never linked. It is
 //!    authoritative when it works (it reports a GPU, or that there is none).
+//!    It is opened only when `/dev/kfd` (or WSL's `/dev/dxg`) exists (module
+//!    `nodes`), so a machine without an AMD GPU pays a `stat`, not the
+//!    13 ms of loading the runtime and its libraries.
 //! 3. The KFD topology in sysfs (module `kfd`), only when HSA is absent or fails:
 //!    it names the processor but cannot tell xnack or sramecc.
-//! 4. The CUDA driver (module `cuda`), loaded at run time.
+//! 4. The CUDA driver (module `cuda`), loaded at run time when the `nvidia`
+//!    kernel module's `/proc/driver/nvidia` or `/dev/nvidiactl` (or WSL's
+//!    `/dev/dxg`) exists.
+//!
+//! A driver library named in the environment is opened whatever the device
+//! nodes say. [`devices_for`] looks only for the vendors asked for (the
+//! registration runtime asks for those its images are for).
 //!
 //! Devices are listed AMD first, then NVIDIA, after the visible-devices
 //! lists (module `visible` says which variable is applied by whom).
@@ -30,7 +39,8 @@
 //! ## Layout
 //!
 //! Data flows down; each module uses only those above it:
-//! `report`, `library` (opening driver libraries), `config`, `image` (what a
+//! `report`, `library` (opening driver libraries), `config`, `nodes` (the
+//! signs of a kernel driver), `image` (what a
 //! load gives) → the backends `hsa` and `cuda`, each with its raw API table
 //! (`sys`), its detection and its own load code → `visible`, `overrides`,
 //! `kfd` → `driver` (dispatch over the backends' loaded images) → `device`
@@ -57,6 +67,7 @@ mod hsa;
 mod image;
 mod kfd;
 mod library;
+mod nodes;
 pub mod overrides;
 mod report;
 mod visible;
@@ -64,9 +75,10 @@ mod visible;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Duration;
 
+use offload_loader::target::Vendor;
 use once_cell::sync::OnceCell;
 
-pub use config::Config;
+pub use config::{Config, Vendors};
 pub use device::Device;
 pub use driver::LoadedImage;
 pub use image::{DriverError, Global, KernelHandle};
@@ -95,12 +107,13 @@ const _: () = {
     assert_send_sync::<Detection>();
 };
 
-/// The detection, once no backend timed out: final for the process.
-static DETECTION: OnceCell<Detection> = OnceCell::new();
-/// A detection in which a backend timed out (leaked, null when none): used
-/// while that backend's thread is still running, replaced by a new detection
-/// once it has ended.
-static PROVISIONAL: AtomicPtr<Detection> = AtomicPtr::new(std::ptr::null_mut());
+/// The detection for each set of vendors (by [`Vendors::bits`]), once no
+/// backend timed out: final for the process.
+static DETECTION: [OnceCell<Detection>; 4] = [const { OnceCell::new() }; 4];
+/// A detection in which a backend timed out (leaked, null when none), per
+/// set of vendors: used while that backend's thread is still running,
+/// replaced by a new detection once it has ended.
+static PROVISIONAL: [AtomicPtr<Detection>; 4] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 4];
 /// Whether a detection thread is still running, per backend (HSA, CUDA).
 static IN_FLIGHT: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
 
@@ -121,15 +134,23 @@ fn in_flight(backend: Backend) -> Option<&'static AtomicBool> {
 /// driver is not given up on for the life of the process. A hung driver
 /// costs the time limit once, not once per call.
 pub fn devices() -> &'static Detection {
-    detect_cached()
+    detect_cached(Vendors::ALL)
 }
 
-/// The final detection if it has been made, without detecting or waiting:
-/// for code that must not start a detection (a destructor, which may hold
-/// the dynamic loader's lock, reports a selection only if the devices are
-/// already known).
-pub fn detected() -> Option<&'static Detection> {
-    DETECTION.get()
+/// [`devices`] of the `vendors` asked for only: the drivers of the others
+/// are not opened (unless named in the environment) and their backends are
+/// reported as skipped. Each set of vendors is detected once (as
+/// [`devices`]); devices are numbered within the detection, AMD first.
+pub fn devices_for(vendors: Vendors) -> &'static Detection {
+    detect_cached(vendors)
+}
+
+/// The final detection for `vendors` if it has been made, without detecting
+/// or waiting: for code that must not start a detection (a destructor, which
+/// may hold the dynamic loader's lock, reports a selection only if the
+/// devices are already known).
+pub fn detected(vendors: Vendors) -> Option<&'static Detection> {
+    DETECTION[usize::from(vendors.bits())].get()
 }
 
 /// Installs this crate's `fork` handlers now: call it before the program
@@ -139,16 +160,17 @@ pub fn install_fork_handlers() {
     fork_lock::install();
 }
 
-fn detect_cached() -> &'static Detection {
-    if let Some(d) = DETECTION.get() {
+fn detect_cached(vendors: Vendors) -> &'static Detection {
+    let slot = usize::from(vendors.bits());
+    if let Some(d) = DETECTION[slot].get() {
         return d;
     }
     let _detecting = fork_lock::lock();
-    if let Some(d) = DETECTION.get() {
+    if let Some(d) = DETECTION[slot].get() {
         return d;
     }
     // SAFETY: a non-null pointer is a leaked, never freed `Detection`.
-    if let Some(p) = unsafe { PROVISIONAL.load(Ordering::SeqCst).as_ref() } {
+    if let Some(p) = unsafe { PROVISIONAL[slot].load(Ordering::SeqCst).as_ref() } {
         let waiting = p.backends.iter().any(|r| {
             matches!(r.reason, Some(Reason::Timeout { .. }))
                 && in_flight(r.backend).is_some_and(|f| f.load(Ordering::SeqCst))
@@ -157,7 +179,10 @@ fn detect_cached() -> &'static Detection {
             return p;
         }
     }
-    let detection = detect_with(&Config::from_env());
+    let detection = detect_with(&Config {
+        vendors,
+        ..Config::from_env()
+    });
     let gave_up = detection
         .backends
         .iter()
@@ -165,13 +190,13 @@ fn detect_cached() -> &'static Detection {
     if gave_up {
         // Leaked: at most one per driver answer that came too late.
         let leaked: &'static mut Detection = Box::leak(Box::new(detection));
-        PROVISIONAL.store(leaked, Ordering::SeqCst);
+        PROVISIONAL[slot].store(leaked, Ordering::SeqCst);
         leaked
     } else {
         // Published, not initialised in place: `set` never runs user code
         // under the cell's lock (the value is already made).
-        let _ = DETECTION.set(detection);
-        DETECTION.get().expect("set above")
+        let _ = DETECTION[slot].set(detection);
+        DETECTION[slot].get().expect("set above")
     }
 }
 
@@ -201,23 +226,45 @@ pub fn detect_with(config: &Config) -> Detection {
     }
     let timeout = config.timeout.unwrap_or(Duration::from_secs(10));
 
-    // AMD: HSA, else KFD; then HIP_VISIBLE_DEVICES.
-    let (amd, mut hsa_report) = match hsa::open(config.hsa_library.clone()) {
-        Ok(api) => on_thread(timeout, "the HSA runtime", Backend::Hsa, move || {
+    let root = config.system_root();
+    let not_asked =
+        |backend, why| BackendReport::new(backend, Status::Skipped, Some(Reason::Skipped(why)));
+
+    // AMD: HSA, else KFD; then HIP_VISIBLE_DEVICES. HSA is opened when it is
+    // named, or asked for and its kernel driver is here.
+    let want_amd = config.vendors.contains(Vendor::Amd);
+    let hsa_api = match (&config.hsa_library, want_amd) {
+        (Some(_), _) => Some(hsa::open(config.hsa_library.clone())),
+        (None, false) => None,
+        (None, true) => Some(nodes::look(Vendor::Amd, root).and_then(|()| hsa::open(None))),
+    };
+    let (amd, mut hsa_report) = match hsa_api {
+        None => (Vec::new(), not_asked(Backend::Hsa, "no AMD GPU asked for")),
+        Some(Ok(api)) => on_thread(timeout, "the HSA runtime", Backend::Hsa, move || {
             hsa::detect(api)
         }),
-        Err(reason) => (
+        Some(Err(reason @ Reason::NoKernelDriver { .. })) => (
+            Vec::new(),
+            BackendReport::new(Backend::Hsa, Status::NoDevice, Some(reason)),
+        ),
+        Some(Err(reason)) => (
             Vec::new(),
             BackendReport::new(Backend::Hsa, Status::Unavailable, Some(reason)),
         ),
     };
-    let hsa_answered = matches!(hsa_report.status, Status::Found(_) | Status::NoDevice);
+    // Only a runtime that ran answers for KFD: without /dev/kfd the topology
+    // is still read (a container may show it), as when HSA fails.
+    let hsa_answered = matches!(hsa_report.status, Status::Found(_))
+        || (hsa_report.status == Status::NoDevice
+            && !matches!(hsa_report.reason, Some(Reason::NoKernelDriver { .. })));
     let (mut amd, mut kfd_report): (Vec<Device>, _) = if hsa_answered {
         let skipped = Reason::Skipped("the HSA runtime answered");
         (
             amd.into_iter().map(Device::from_hsa).collect(),
             BackendReport::new(Backend::Kfd, Status::Skipped, Some(skipped)),
         )
+    } else if !want_amd {
+        (Vec::new(), not_asked(Backend::Kfd, "no AMD GPU asked for"))
     } else {
         let (nodes, report) = kfd::detect(config);
         (nodes.into_iter().map(Device::from_kfd).collect(), report)
@@ -233,12 +280,29 @@ pub fn detect_with(config: &Config) -> Detection {
     detection.backends.push(hsa_report);
     detection.backends.push(kfd_report);
 
-    // NVIDIA.
-    let (nvidia, cuda_report) = match cuda::open(config.cuda_library.clone()) {
-        Ok(api) => on_thread(timeout, "the CUDA driver", Backend::Cuda, move || {
+    // NVIDIA: the driver is opened when it is named, or asked for and its
+    // kernel module is here.
+    let cuda_api = match (
+        &config.cuda_library,
+        config.vendors.contains(Vendor::Nvidia),
+    ) {
+        (Some(_), _) => Some(cuda::open(config.cuda_library.clone())),
+        (None, false) => None,
+        (None, true) => Some(nodes::look(Vendor::Nvidia, root).and_then(|()| cuda::open(None))),
+    };
+    let (nvidia, cuda_report) = match cuda_api {
+        None => (
+            Vec::new(),
+            not_asked(Backend::Cuda, "no NVIDIA GPU asked for"),
+        ),
+        Some(Ok(api)) => on_thread(timeout, "the CUDA driver", Backend::Cuda, move || {
             cuda::detect(api)
         }),
-        Err(reason) => (
+        Some(Err(reason @ Reason::NoKernelDriver { .. })) => (
+            Vec::new(),
+            BackendReport::new(Backend::Cuda, Status::NoDevice, Some(reason)),
+        ),
+        Some(Err(reason)) => (
             Vec::new(),
             BackendReport::new(Backend::Cuda, Status::Unavailable, Some(reason)),
         ),

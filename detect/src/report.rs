@@ -246,9 +246,23 @@ pub enum Reason {
         /// How many the backend found before the list was applied.
         found: usize,
     },
+    /// None of the device nodes or kernel-driver entries a vendor's driver
+    /// needs exists, so its library was not opened.
+    #[error("no {vendor} GPU kernel driver here: none of {} exists", paths(.looked))]
+    NoKernelDriver {
+        /// `AMD` or `NVIDIA`.
+        vendor: &'static str,
+        /// The paths looked at, in order.
+        looked: Vec<PathBuf>,
+    },
     /// The backend was not consulted, and why.
     #[error("{0}")]
     Skipped(&'static str),
+}
+
+fn paths(list: &[PathBuf]) -> String {
+    let names: Vec<String> = list.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
 }
 
 fn nor(also: &[String]) -> String {

@@ -5,6 +5,7 @@
 
 use std::ffi::{c_void, CStr};
 
+use offload_detect::Vendors;
 use offload_loader::container::from_descriptor_image;
 use offload_loader::entries::{EntryKind, EntryTable};
 use offload_loader::registration::{BinaryDescriptor, DeviceImage, ImageInfo, DEVICE_IMAGE_SIZE};
@@ -125,6 +126,11 @@ fn register(desc: u64) -> Result<(), RegistrationError> {
         code.push(inner);
         images.push(image);
     }
+    let vendors = images
+        .iter()
+        .filter_map(|image| image.triple.gpu_vendor())
+        .fold(Vendors::NONE, |set, vendor| set.union(Vendors::of(vendor)));
+    runtime::need(vendors);
     let id = registry::register(
         Runtime::OpenMp,
         Origin {

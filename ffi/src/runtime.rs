@@ -12,9 +12,10 @@
 //! too, since loading from the constructor could wait on a driver that waits
 //! for the loader's lock the constructor holds.
 
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use offload_detect::{Detection, Device, LoadedImage};
+use offload_detect::{Detection, Device, LoadedImage, Vendors};
 use offload_loader::{ImageSource, Selection};
 use once_cell::race::OnceBool;
 
@@ -25,7 +26,7 @@ use crate::loader_lock;
 use crate::objects::{self, Pin};
 use crate::process;
 use crate::registry;
-use crate::slots;
+use crate::slots::{self, State};
 use crate::stack::Stack;
 
 /// Libraries registered under `OFFLOAD_LOADER_EAGER=1`, by id, to load at
@@ -40,13 +41,58 @@ fn eager() -> bool {
     EAGER_ON.get_or_init(|| std::env::var_os("OFFLOAD_LOADER_EAGER").is_some_and(|v| v == "1"))
 }
 
-/// The devices of this process, detected once (each driver under its time
-/// limit; a driver that timed out is asked again later, see
-/// `offload_detect::devices`).
+/// The GPU vendors registered libraries have images for ([`Vendors::bits`]):
+/// detection opens only their drivers. It only grows. OpenMP registration
+/// adds its images' vendors ([`need`]); fat binaries' are read from their
+/// slots by the next query ([`needed`]), which keeps registration, the path
+/// a program's start-up takes hundreds of times, as cheap as it was.
+static NEEDED: AtomicU8 = AtomicU8::new(0);
+/// Slots below this id are counted in [`NEEDED`].
+static COUNTED: AtomicUsize = AtomicUsize::new(0);
+
+/// Records that a registered library has images for `vendors`.
+pub(crate) fn need(vendors: Vendors) {
+    NEEDED.fetch_or(vendors.bits(), Ordering::Relaxed);
+}
+
+/// The vendors to detect: those registered libraries need, or every vendor
+/// when nothing is registered (a program asking what is here). Counts the
+/// fat binaries registered since the last call first.
+fn needed() -> Vendors {
+    let (from, to) = (COUNTED.load(Ordering::Acquire), slots::len());
+    if from < to {
+        let mut vendors = Vendors::NONE;
+        let mut counted = to;
+        for id in from..to {
+            let Some(slot) = slots::get(id) else { break };
+            if slot.state() == State::Writing {
+                // Not yet written (or abandoned by a thread lost to fork):
+                // counted again by a later call.
+                counted = counted.min(id);
+                continue;
+            }
+            if let Some(vendor) = slot.fatbin().and_then(|f| f.runtime.vendor()) {
+                vendors = vendors.union(Vendors::of(vendor));
+            }
+        }
+        need(vendors);
+        COUNTED.fetch_max(counted, Ordering::AcqRel);
+    }
+    match Vendors::from_bits(NEEDED.load(Ordering::Relaxed)) {
+        v if v.is_empty() => Vendors::ALL,
+        v => v,
+    }
+}
+
+/// The devices of this process, of the vendors registered libraries need,
+/// detected once per set of vendors (each driver under its time limit; a
+/// driver that timed out is asked again later, see
+/// `offload_detect::devices_for`). A library of a new vendor registered
+/// later widens the next detection (devices stay numbered AMD first).
 pub(crate) fn detection() -> &'static Detection {
     loader_lock::check("device detection");
     info::init();
-    offload_detect::devices()
+    offload_detect::devices_for(needed())
 }
 
 /// The devices of [`detection`].
@@ -286,7 +332,7 @@ pub(crate) fn unregister(id: usize) -> bool {
             // devices already known. This thread may hold the loader's lock
             // (a destructor), which is recursive: saying something waits on
             // no other thread.
-            if let Some(detection) = offload_detect::detected() {
+            if let Some(detection) = offload_detect::detected(needed()) {
                 made(&library, detection);
             }
             info::say([Message::Info(format!(

@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-use offload_loader::target::OffloadKind;
+use offload_loader::target::{OffloadKind, Vendor};
 use once_cell::race::OnceBox;
 
 /// The language runtime a library registered through.
@@ -25,6 +25,18 @@ pub(crate) enum Runtime {
 }
 
 impl Runtime {
+    /// The vendor whose GPUs a fat binary registered by this runtime's ABI
+    /// is for: HIP's `__hipRegisterFatBinary` carries AMD code objects (HIP
+    /// on NVIDIA builds through nvcc and CUDA's ABI), CUDA's carries NVIDIA
+    /// code; OpenMP's images each name theirs (`None`).
+    pub(crate) fn vendor(self) -> Option<Vendor> {
+        match self {
+            Runtime::Hip => Some(Vendor::Amd),
+            Runtime::Cuda => Some(Vendor::Nvidia),
+            Runtime::OpenMp => None,
+        }
+    }
+
     pub(crate) fn offload_kind(self) -> OffloadKind {
         match self {
             Runtime::Hip => OffloadKind::Hip,
