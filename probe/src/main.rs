@@ -65,12 +65,17 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    // The main thread is one of the pool's workers, not a thread that waits
-    // for them: one thread fewer to start, and none left for the scheduler to
-    // place on the CPU this one runs on.
-    let _ = rayon::ThreadPoolBuilder::new()
-        .use_current_thread()
-        .build_global();
+    // Threads only for files to read: listing the devices alone costs what
+    // looking for them costs (no pool to start, no cgroup to read).
+    let files = !args.paths.is_empty() || args.pid.is_some();
+    if files {
+        // The main thread is one of the pool's workers, not a thread that
+        // waits for them: one thread fewer to start, and none left for the
+        // scheduler to place on the CPU this one runs on.
+        let _ = rayon::ThreadPoolBuilder::new()
+            .use_current_thread()
+            .build_global();
+    }
     let (devices, backends, device_error) = match devices::find(&args.devices) {
         Ok((d, b)) => (d, b, None),
         Err(e) => (vec![], vec![], Some(e)),
@@ -114,7 +119,9 @@ fn main() -> ExitCode {
     };
     // Files are inspected in parallel, each mapped and released in turn:
     // memory holds the reports of files with GPU code, not the files.
-    let (results, dir_errors) = if args.deps {
+    let (results, dir_errors) = if !files {
+        (Vec::new(), Vec::new())
+    } else if args.deps {
         // Every name first: the dependencies are resolved from the list.
         let found = walk::scan(&args.paths, &walk::Listing);
         let mut paths: Vec<PathBuf> = found.inputs.iter().map(|(i, ())| i.path.clone()).collect();
