@@ -1471,7 +1471,12 @@ fn case_vendors_asked_for() {
     assert_ne!(report(&d, Backend::Cuda).0, Status::Skipped);
     // AMD only: CUDA is neither asked for nor named.
     let d = detect_with(&config(Vendors::of(Vendor::Amd)));
-    assert_eq!(targets(&d), ["gfx90a:sramecc+:xnack- (hsa)"]);
+    assert_eq!(
+        targets(&d),
+        ["gfx90a:sramecc+:xnack- (hsa)"],
+        "{:?}",
+        d.backends
+    );
     assert_eq!(
         report(&d, Backend::Cuda),
         (Status::Skipped, "no NVIDIA GPU asked for".into())

@@ -384,11 +384,15 @@ fn on_thread<T: Send + 'static>(
     let spawned = std::thread::Builder::new()
         .name(format!("offload-detect-{}", backend.name()))
         .spawn(move || {
-            if let Some(run) = take(&for_thread) {
-                let _ = tx.send(run());
-            }
+            let answer = take(&for_thread).map(|run| run());
+            // Cleared before the answer is sent: a detection that follows
+            // the one waiting for this answer must not find the flag still
+            // set and report a time-out for a driver that answered.
             if let Some(f) = flag {
                 f.store(false, Ordering::SeqCst);
+            }
+            if let Some(answer) = answer {
+                let _ = tx.send(answer);
             }
         });
     match spawned {
