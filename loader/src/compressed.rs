@@ -180,9 +180,9 @@ impl<'a> CompressedBundle<'a> {
                 },
             ));
         }
-        let out = match self.decompress_whole()? {
+        let out = match self.decompress_whole(limits)? {
             Some(out) => out,
-            None => self.decompress_prefix(self.uncompressed_size + 1)?,
+            None => self.decompress_prefix(self.uncompressed_size + 1, limits)?,
         };
         if out.len() as u64 != self.uncompressed_size {
             return Err(self.decompress_error(format!(
@@ -206,19 +206,23 @@ impl<'a> CompressedBundle<'a> {
         Ok(out)
     }
 
-    /// The largest zstd window this bundle's payload may use: one power of
-    /// two beyond its promised uncompressed size, at least 2^10 (zstd's
-    /// smallest), at most 2^31 (zstd's largest).
-    fn window_log(&self) -> u32 {
-        let size = self.uncompressed_size.max(1);
-        (u64::BITS - (size - 1).leading_zeros() + 1).clamp(10, 31)
+    /// The largest zstd window this bundle's payload may declare: one power
+    /// of two beyond its promised uncompressed size, or 2^27 (128 MiB, the
+    /// window zstd's own decoder accepts without `--long`) if that is more,
+    /// since an encoder that was not told the size declares its level's
+    /// window whatever the input (`zstd -19` from a pipe: 8 MiB); never
+    /// beyond [`Limits::max_uncompressed`], nor 2^31 (zstd's largest).
+    fn window_log(&self, limits: &Limits) -> u32 {
+        let log2_ceil = |n: u64| u64::BITS - n.max(1).saturating_sub(1).leading_zeros();
+        let wanted = (log2_ceil(self.uncompressed_size) + 1).max(27);
+        wanted.min(log2_ceil(limits.max_uncompressed)).clamp(10, 31)
     }
 
     /// A zstd payload whose frame records the size the header promises is
     /// inflated in one call straight into a buffer of that size (no window
     /// buffer, no regrowth: how clang's own one-shot frames decode fastest).
     /// `None` for other payloads, which stream.
-    fn decompress_whole(&self) -> Result<Option<Vec<u8>>> {
+    fn decompress_whole(&self, limits: &Limits) -> Result<Option<Vec<u8>>> {
         if self.method != Method::Zstd
             || !matches!(
                 zstd::zstd_safe::get_frame_content_size(self.payload),
@@ -232,7 +236,7 @@ impl<'a> CompressedBundle<'a> {
         let mut out = Vec::with_capacity(size);
         let inflate = |out: &mut Vec<u8>| -> std::io::Result<usize> {
             let mut d = zstd::bulk::Decompressor::new()?;
-            d.window_log_max(self.window_log())?;
+            d.window_log_max(self.window_log(limits))?;
             d.decompress_to_buffer(self.payload, out)
         };
         inflate(&mut out).map_err(|e| self.decompress_error(e.to_string()))?;
@@ -241,8 +245,9 @@ impl<'a> CompressedBundle<'a> {
 
     /// Decompresses at most `max` bytes from the start of the bundle: enough to
     /// read the bundle's table without inflating its code objects. The output
-    /// grows as data arrives, so a lying header costs nothing up front.
-    pub fn decompress_prefix(&self, max: u64) -> Result<Vec<u8>> {
+    /// grows as data arrives, so a lying header costs nothing up front; the
+    /// zstd window is bounded by `limits` (see `window_log`).
+    pub fn decompress_prefix(&self, max: u64, limits: &Limits) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         let result = match self.method {
             Method::Zlib => flate2::read::ZlibDecoder::new(self.payload)
@@ -250,12 +255,12 @@ impl<'a> CompressedBundle<'a> {
                 .read_to_end(&mut out),
             Method::Zstd => {
                 zstd::stream::read::Decoder::with_buffer(self.payload).and_then(|mut d| {
-                    // clang compresses with long-distance matching, so the
-                    // window may be large; but no valid frame needs a window
-                    // beyond the bundle it inflates to, and a hostile frame
-                    // header would otherwise reserve zstd's largest (2 GiB)
-                    // window whatever the CCOB promises.
-                    d.window_log_max(self.window_log())?;
+                    // clang compresses with long-distance matching, and
+                    // other encoders declare their level's window: the
+                    // window may be large, but a hostile frame header would
+                    // otherwise reserve zstd's largest (2 GiB) whatever the
+                    // CCOB promises.
+                    d.window_log_max(self.window_log(limits))?;
                     d.take(max).read_to_end(&mut out)
                 })
             }
@@ -348,7 +353,10 @@ pub(crate) mod tests {
                 assert_eq!((c.version, c.method), (version, method));
                 assert_eq!(c.len(), data.len() as u64);
                 assert_eq!(c.decompress(&Limits::default()).unwrap(), raw);
-                assert_eq!(c.decompress_prefix(100).unwrap(), &raw[..100]);
+                assert_eq!(
+                    c.decompress_prefix(100, &Limits::default()).unwrap(),
+                    &raw[..100]
+                );
             }
         }
     }
@@ -400,8 +408,35 @@ pub(crate) mod tests {
         data.extend(0u64.to_le_bytes());
         data.extend(frame);
         let c = CompressedBundle::parse(&data).unwrap();
-        let e = c.decompress_prefix(1).unwrap_err();
+        let e = c.decompress_prefix(1, &Limits::default()).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::Decompress { .. }), "{e}");
+    }
+
+    /// What an encoder that was not told the size writes (`zstd -19` from a
+    /// pipe, or a streaming encoder): a frame with no content size and its
+    /// level's window (8 MiB at level 19) over a small bundle. It inflates.
+    #[test]
+    fn a_streamed_frame_with_its_levels_window_inflates() {
+        let raw = b"a small bundle ".repeat(100);
+        let mut e = zstd::stream::write::Encoder::new(Vec::new(), 19).unwrap();
+        e.write_all(&raw).unwrap();
+        let frame = e.finish().unwrap();
+        assert_eq!(zstd::zstd_safe::get_frame_content_size(&frame), Ok(None));
+        let mut data = ccob(3, Method::Zstd, &raw);
+        data.truncate(32);
+        data[8..16].copy_from_slice(&(32 + frame.len() as u64).to_le_bytes());
+        data.extend(&frame);
+        let c = CompressedBundle::parse(&data).unwrap();
+        assert_eq!(c.decompress(&Limits::default()).unwrap(), raw);
+        // A limit below the window refuses it, with the decoder's reason.
+        let small = Limits {
+            max_uncompressed: 1 << 20,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            c.decompress(&small).unwrap_err().kind,
+            ErrorKind::Decompress { .. }
+        ));
     }
 
     #[test]

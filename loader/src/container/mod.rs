@@ -499,7 +499,7 @@ fn compressed_images(ccob: &CompressedBundle<'_>, limits: &Limits) -> Result<Vec
     }
     let mut want = TABLE_PREFIX.min(ccob.uncompressed_size);
     loop {
-        let prefix = ccob.decompress_prefix(want)?;
+        let prefix = ccob.decompress_prefix(want, limits)?;
         match Bundle::parse_table(&prefix, ccob.uncompressed_size, limits) {
             Ok(bundle) => {
                 return Ok(images::from_bundle(
