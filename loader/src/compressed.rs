@@ -421,7 +421,10 @@ pub(crate) mod tests {
         let mut e = zstd::stream::write::Encoder::new(Vec::new(), 19).unwrap();
         e.write_all(&raw).unwrap();
         let frame = e.finish().unwrap();
-        assert_eq!(zstd::zstd_safe::get_frame_content_size(&frame), Ok(None));
+        assert!(matches!(
+            zstd::zstd_safe::get_frame_content_size(&frame),
+            Ok(None)
+        ));
         let mut data = ccob(3, Method::Zstd, &raw);
         data.truncate(32);
         data[8..16].copy_from_slice(&(32 + frame.len() as u64).to_le_bytes());
