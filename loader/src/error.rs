@@ -110,6 +110,14 @@ pub enum ErrorKind {
         /// What the decompressor said.
         message: String,
     },
+    /// Compressing (writing a `CCOB`) failed.
+    #[error("{method} compression failed: {message}")]
+    Compress {
+        /// `zlib` or `zstd`.
+        method: &'static str,
+        /// The compressor's message.
+        message: String,
+    },
     /// A target ID or processor name that is not valid.
     #[error(transparent)]
     TargetId(#[from] crate::target::TargetIdError),

@@ -65,6 +65,10 @@
 use std::borrow::Cow;
 use std::io::Read;
 
+/// Writing fat binaries with fewer entries ([`write::keep`]): behind the `write` feature.
+#[cfg(feature = "write")]
+pub mod write;
+
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::Limits;
 use crate::magic;
@@ -966,7 +970,7 @@ pub(crate) mod tests {
     /// they are 120 bytes apart, not 64.
     #[test]
     fn concat_member_headers_with_an_options_block() {
-        let f = include_bytes!("../../fuzz/corpus/nv_fatbin/nvcc13-concat8");
+        let f = include_bytes!("../../../fuzz/corpus/nv_fatbin/nvcc13-concat8");
         let p = NvFatbin::parse(f, &Limits::default()).unwrap();
         let listed: Vec<(String, Option<usize>)> = p
             .entries()
@@ -1147,7 +1151,7 @@ pub(crate) mod tests {
     fn a_group_member_that_declares_a_group_is_not_code() {
         // A fuzzer's find (fuzz/regressions/README.md).
         let data = include_bytes!(
-            "../../fuzz/regressions/nv_fatbin_code/crash-group-member-declared-a-group"
+            "../../../fuzz/regressions/nv_fatbin_code/crash-group-member-declared-a-group"
         );
         let limits = Limits {
             max_uncompressed: 1 << 20,

@@ -18,6 +18,10 @@ use crate::magic;
 use crate::read::{utf8, Bytes};
 use crate::target::{Arch, OffloadKind, Processor, Triple};
 
+/// Writing bundles ([`write::write`], [`write::keep`]): behind the `write` feature.
+#[cfg(feature = "write")]
+pub mod write;
+
 /// Size of the fixed header: magic and entry count.
 const HEADER_LEN: u64 = 32;
 /// Size of an entry's fixed fields: offset, size, ID length.

@@ -21,6 +21,10 @@
 
 use std::io::Read;
 
+/// Writing `CCOB`s ([`write::compress`]): behind the `write` feature.
+#[cfg(feature = "write")]
+pub mod write;
+
 use md5::{Digest, Md5};
 
 use crate::error::{Error, ErrorKind, Result};

@@ -1,0 +1,66 @@
+//! The writers: read a container, remove some entries, write, read again.
+//!
+//! The input's first byte is a keep-mask (bit i keeps entry i, cycling); the
+//! rest is a bundle, a `CCOB` or an NVIDIA fat binary. Invariants: keeping
+//! every entry gives back the same bytes (bundles the bundler could have
+//! laid out; fat binaries always); what is written reads back with exactly
+//! the kept entries, in order, each byte for byte the original's; a `CCOB`
+//! written from a bundle inflates to it with its hash.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use offload_loader::bundle::{self, Bundle};
+use offload_loader::compressed::{self, CompressedBundle, Method};
+use offload_loader::nv_fatbin::{self, NvFatbin};
+use offload_loader::Limits;
+
+fuzz_target!(|input: &[u8]| {
+    let Some((&mask, data)) = input.split_first() else { return };
+    let keep = |i: usize| mask & (1 << (i % 8)) != 0;
+    let limits = Limits { max_uncompressed: 1 << 20, ..Limits::default() };
+
+    if let Ok(read) = Bundle::parse(data, &limits) {
+        if let Some(all) = bundle::write::keep(&read, |_| true) {
+            // The same bytes, but for the padding between code objects,
+            // which the bundler writes as zeros (the input may not).
+            let original = &data[..read.len() as usize];
+            assert_eq!(all.len(), original.len());
+            let mut padding = vec![true; original.len()];
+            let table_end = read.entries().last().map_or(32, |e| e.record_offset + 24 + e.id.len() as u64);
+            padding[..table_end as usize].fill(false);
+            for e in read.entries() {
+                padding[e.offset as usize..(e.offset + e.size) as usize].fill(false);
+            }
+            for (i, (a, b)) in all.iter().zip(original).enumerate() {
+                assert!(a == b || (padding[i] && *a == 0), "keeping everything changed byte {i}");
+            }
+            let fewer = bundle::write::keep(&read, keep).expect("the alignment is known");
+            let again = Bundle::parse(&fewer, &limits).expect("what was written reads back");
+            let want: Vec<_> = read
+                .entries()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| keep(*i))
+                .map(|(_, e)| (e.id, read.code_object(e).unwrap()))
+                .collect();
+            let got: Vec<_> = again.entries().iter().map(|e| (e.id, again.code_object(e).unwrap())).collect();
+            assert_eq!(got, want);
+            for (version, method) in [(2, Method::Zstd), (3, Method::Zlib)] {
+                let ccob = compressed::write::compress(&fewer, version, method, Some(1)).unwrap();
+                let c = CompressedBundle::parse(&ccob).unwrap();
+                assert_eq!(c.decompress(&limits).unwrap(), fewer);
+            }
+        }
+    }
+
+    if let Ok(read) = NvFatbin::parse(data, &limits) {
+        let top = |f: &NvFatbin<'_>| -> Vec<(usize, u16, u32, u64)> {
+            f.entries().iter().enumerate().filter(|(_, e)| e.group.is_none()).map(|(i, e)| (i, e.kind, e.sm, e.flags)).collect()
+        };
+        assert_eq!(nv_fatbin::write::keep(&read, |_| true), &data[..read.len() as usize]);
+        let fewer = nv_fatbin::write::keep(&read, keep);
+        let again = NvFatbin::parse(&fewer, &limits).expect("what was written reads back");
+        let want: Vec<_> = top(&read).into_iter().filter(|t| keep(t.0)).map(|t| (t.1, t.2, t.3)).collect();
+        let got: Vec<_> = top(&again).into_iter().map(|t| (t.1, t.2, t.3)).collect();
+        assert_eq!(got, want);
+    }
+});

@@ -1,0 +1,252 @@
+//! The writers against the reference tools: a bundle with entries removed is
+//! byte for byte what `clang-offload-bundler` writes for the entries kept; a
+//! `CCOB` has the bundler's header fields, hash and inflated bytes; an
+//! NVIDIA fat binary with entries removed lists and extracts in `cuobjdump`
+//! as the kept entries of the original; and writing what was read, with
+//! nothing removed, gives back the same bytes on real artefacts (every
+//! bundle of rocSPARSE, the fat binaries of nvcc builds and cuSPARSE).
+
+mod support;
+
+use std::path::Path;
+
+use offload_loader::bundle::{self, Bundle as ReadBundle};
+use offload_loader::compressed::{self, CompressedBundle, Method};
+use offload_loader::nv_fatbin::{self, NvFatbin};
+use offload_loader::{Limits, MappedFile};
+use support::*;
+
+const HOST: &str = "host-x86_64-unknown-linux-gnu";
+const DEVICES: [(&str, &str); 3] = [
+    ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+", "gfx90a:xnack+"),
+    ("hipv4-amdgcn-amd-amdhsa--gfx906", "gfx906"),
+    ("hipv4-amdgcn-amd-amdhsa--gfx1100", "gfx1100"),
+];
+
+/// Every subset of the three device entries, as a keep-mask.
+fn subsets() -> impl Iterator<Item = [bool; 3]> {
+    (0u8..8).map(|m| [m & 1 != 0, m & 2 != 0, m & 4 != 0])
+}
+
+/// The bundler's bundle of the host entry and the devices `keep` says yes
+/// to, in `DEVICES` order.
+fn reference(objects: &[std::path::PathBuf], keep: [bool; 3]) -> Bundle {
+    let mut recipe = Bundle::new().host();
+    for (i, (id, _)) in DEVICES.iter().enumerate() {
+        if keep[i] {
+            recipe = recipe.entry(id, &objects[i]);
+        }
+    }
+    recipe
+}
+
+#[test]
+fn bundles_with_entries_removed_are_what_the_bundler_writes() {
+    let Some(tc) = toolchain() else { return };
+    let objects: Vec<_> = DEVICES
+        .iter()
+        .map(|(_, arch)| tc.build(CodeObject::new(arch)))
+        .collect();
+    for align in [1u64, 8, 4096] {
+        let full = std::fs::read(tc.build(reference(&objects, [true; 3]).align(align))).unwrap();
+        let read = ReadBundle::parse(&full, &Limits::default()).unwrap();
+        assert_eq!(
+            bundle::write::alignment(&read).map(|a| a >= align),
+            Some(true)
+        );
+        for keep in subsets() {
+            // Entry 0 is the host entry, kept always.
+            let ours = bundle::write::keep(&read, |i| i == 0 || keep[i - 1]).unwrap();
+            let theirs = std::fs::read(tc.build(reference(&objects, keep).align(align))).unwrap();
+            assert!(
+                ours == theirs,
+                "align {align}, keep {keep:?}: the bytes differ"
+            );
+        }
+    }
+}
+
+#[test]
+fn compressed_bundles_have_the_bundlers_fields_and_contents() {
+    let Some(tc) = toolchain() else { return };
+    let objects: Vec<_> = DEVICES
+        .iter()
+        .map(|(_, arch)| tc.build(CodeObject::new(arch)))
+        .collect();
+    for version in [2u16, 3] {
+        let compressed = |keep| {
+            std::fs::read(
+                tc.build(
+                    reference(&objects, keep)
+                        .align(4096)
+                        .compress_version(version.into()),
+                ),
+            )
+            .unwrap()
+        };
+        let full = compressed([true; 3]);
+        let ccob = CompressedBundle::parse(&full).unwrap();
+        let inflated = ccob.decompress(&Limits::default()).unwrap();
+        let read = ReadBundle::parse(&inflated, &Limits::default()).unwrap();
+        for keep in subsets() {
+            let kept = bundle::write::keep(&read, |i| i == 0 || keep[i - 1]).unwrap();
+            let ours = compressed::write::compress(&kept, version, ccob.method, None).unwrap();
+            let theirs_bytes = compressed(keep);
+            let (o, t) = (
+                CompressedBundle::parse(&ours).unwrap(),
+                CompressedBundle::parse(&theirs_bytes).unwrap(),
+            );
+            assert_eq!(
+                (
+                    o.version,
+                    o.method,
+                    o.uncompressed_size,
+                    o.hash,
+                    o.header_len
+                ),
+                (
+                    t.version,
+                    t.method,
+                    t.uncompressed_size,
+                    t.hash,
+                    t.header_len
+                ),
+                "version {version}, keep {keep:?}"
+            );
+            assert_eq!(
+                o.decompress(&Limits::default()).unwrap(),
+                t.decompress(&Limits::default()).unwrap()
+            );
+            // The bundler reads ours.
+            let file = temp_file(&ours);
+            let mut listed = tc.bundler_list(&file).unwrap();
+            listed.sort();
+            let mut want: Vec<String> = std::iter::once(format!("{HOST}-"))
+                .chain(
+                    DEVICES
+                        .iter()
+                        .zip(keep)
+                        .filter(|(_, k)| *k)
+                        .map(|((id, _), _)| id.to_string()),
+                )
+                .collect();
+            want.sort();
+            assert_eq!(listed, want);
+        }
+    }
+    // zlib, through our reader and the bundler's.
+    let kept = std::fs::read(tc.build(reference(&objects, [true, false, true]))).unwrap();
+    let zlib = compressed::write::compress(&kept, 3, Method::Zlib, None).unwrap();
+    let file = temp_file(&zlib);
+    assert_eq!(
+        tc.unbundle(&file, DEVICES[2].0).unwrap(),
+        std::fs::read(&objects[2]).unwrap()
+    );
+}
+
+/// Every bundle in rocSPARSE's 1.3 GB `.hip_fatbin` written again with
+/// nothing removed: the same bytes, at the bundler's alignment (4096).
+#[test]
+fn every_rocsparse_bundle_writes_back_the_same_bytes() {
+    let Some(lib) = rocsparse() else { return };
+    let file = MappedFile::open(&lib).unwrap();
+    let limits = Limits::default();
+    let mut bundles = 0;
+    for section in file.containers(&limits).unwrap() {
+        for container in section.containers.iter().flatten() {
+            let at = container.offset() as usize;
+            let bytes = &file.bytes()[at..at + container.len() as usize];
+            let read = ReadBundle::parse(bytes, &limits).unwrap();
+            assert_eq!(bundle::write::alignment(&read), Some(4096));
+            assert!(bundle::write::keep(&read, |_| true).unwrap() == bytes);
+            bundles += 1;
+        }
+    }
+    assert_eq!(bundles, 111);
+}
+
+/// `cuobjdump`'s listing and extraction of a fat binary written with some
+/// entries removed: exactly the kept entries of the original, byte for byte.
+fn check_fatbin(cuda: &Cuda, original: &Path) {
+    let data = std::fs::read(original).unwrap();
+    let fatbin = NvFatbin::parse(&data, &Limits::default()).unwrap();
+    assert!(nv_fatbin::write::keep(&fatbin, |_| true) == data[..fatbin.len() as usize]);
+    let top: Vec<usize> = (0..fatbin.entries().len())
+        .filter(|&i| fatbin.entries()[i].group.is_none())
+        .collect();
+    let listed = cuda.cuobjdump_list(original);
+    let extracted = cuda.cuobjdump_extract(original, "all");
+    assert_eq!(listed.len(), extracted.len());
+    for &drop in &top {
+        let out = nv_fatbin::write::keep(&fatbin, |i| i != drop);
+        let file = temp_file(&out);
+        let fewer = cuda.cuobjdump_extract(&file, "all");
+        // Every kept code object is one of the original's, byte for byte,
+        // and one fewer group or entry is gone.
+        let kinds = |v: &[(u32, String, String, Vec<u8>)]| -> Vec<(String, String, Vec<u8>)> {
+            let mut k: Vec<_> = v
+                .iter()
+                .map(|(_, a, k, b)| (a.clone(), k.clone(), b.clone()))
+                .collect();
+            k.sort();
+            k
+        };
+        let (all, kept) = (kinds(&extracted), kinds(&fewer));
+        assert!(
+            kept.len() < all.len(),
+            "dropping entry {drop} removed nothing"
+        );
+        for k in &kept {
+            assert!(all.contains(k), "{} {} is not the original's", k.0, k.1);
+        }
+        let members = fatbin
+            .entries()
+            .iter()
+            .filter(|e| e.group == Some(drop))
+            .count()
+            .max(1);
+        assert_eq!(all.len() - kept.len(), members, "dropping entry {drop}");
+    }
+}
+
+#[test]
+fn fat_binaries_with_entries_removed_list_in_cuobjdump_as_the_kept_entries() {
+    let Some(cuda) = cuda() else { return };
+    let multi = [
+        "-gencode",
+        "arch=compute_80,code=sm_80",
+        "-gencode",
+        "arch=compute_90a,code=[sm_90a,compute_90a]",
+        "-gencode",
+        "arch=compute_100a,code=sm_100a",
+        "-gencode",
+        "arch=compute_75,code=compute_75",
+    ];
+    check_fatbin(&cuda, &cuda.nvcc(&multi, NvOutput::Fatbin));
+    // --concat groups and LZ4 entries.
+    let mut concat = multi.to_vec();
+    concat.extend(["--concat", "--compress-mode=speed"]);
+    check_fatbin(&cuda, &cuda.nvcc(&concat, NvOutput::Fatbin));
+}
+
+#[test]
+fn cusparse_fat_binaries_write_back_the_same_bytes() {
+    let Some(lib) = nvidia_library("libcusparse.so.12") else {
+        return;
+    };
+    let file = MappedFile::open(&lib).unwrap();
+    let limits = Limits::default();
+    let mut fatbins = 0;
+    for section in file.containers(&limits).unwrap() {
+        for container in section.containers.iter().flatten() {
+            let Some(fatbin) = container.nv_fatbin() else {
+                continue;
+            };
+            let at = container.offset() as usize;
+            let bytes = &file.bytes()[at..at + container.len() as usize];
+            assert!(nv_fatbin::write::keep(fatbin, |_| true) == bytes);
+            fatbins += 1;
+        }
+    }
+    assert!(fatbins > 0);
+}
