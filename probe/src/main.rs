@@ -6,6 +6,7 @@ mod human;
 mod inputs;
 mod json;
 mod report;
+mod slim;
 mod walk;
 
 use std::io::Write;
@@ -28,6 +29,8 @@ use rayon::prelude::*;
   offload-probe /opt/rocm venv/ --device gfx1100  every file with GPU code, and which lack gfx1100
   offload-probe --pid 1234 --json                 the objects a running process has loaded
   offload-probe lib.so --device sm_90 --extract out/   write the image each device would load
+  offload-probe slim lib.so --device gfx90a --dry-run  how much smaller lib.so would be with gfx90a code only
+                                                  (offload-probe slim --help)
 
 EXIT STATUS:
   0  every device has an image in every container that targets its kind of GPU
@@ -64,6 +67,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // `offload-probe slim ...` is its own command; anything else is the probe.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "slim") {
+        return slim::main(argv[1..].to_vec());
+    }
     let args = Args::parse();
     // Threads only for files to read: listing the devices alone costs what
     // looking for them costs (no pool to start, no cgroup to read).

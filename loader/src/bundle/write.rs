@@ -27,28 +27,64 @@ fn offsets<'a>(ids: impl Iterator<Item = &'a str>, sizes: &[u64], align: u64) ->
         .collect()
 }
 
+/// Where everything of a bundle goes: the header and table as bytes, then
+/// each code object at its offset. Lets a caller write the code objects
+/// from where they already are ([`write`] copies them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Magic, count and table.
+    pub header: Vec<u8>,
+    /// Each entry's code object offset, in entry order.
+    pub offsets: Vec<u64>,
+    /// The bundle's length: the end of the last code object (or of the
+    /// table).
+    pub len: u64,
+}
+
+impl Layout {
+    /// The layout of entries with `ids` and code objects of `sizes`, aligned
+    /// to `align` (a power of two; the bundler's `-bundle-align`, 4096 for
+    /// HIP).
+    pub fn new(ids: &[&str], sizes: &[u64], align: u64) -> Layout {
+        let align = align.max(1);
+        let offsets = offsets(ids.iter().copied(), sizes, align);
+        let mut header = Vec::with_capacity(
+            (HEADER_LEN
+                + ids
+                    .iter()
+                    .map(|id| ENTRY_FIXED_LEN + id.len() as u64)
+                    .sum::<u64>()) as usize,
+        );
+        header.extend_from_slice(magic::BUNDLE);
+        header.extend((ids.len() as u64).to_le_bytes());
+        for ((id, size), offset) in ids.iter().zip(sizes).zip(&offsets) {
+            header.extend(offset.to_le_bytes());
+            header.extend(size.to_le_bytes());
+            header.extend((id.len() as u64).to_le_bytes());
+            header.extend(id.as_bytes());
+        }
+        let len = offsets
+            .iter()
+            .zip(sizes)
+            .map(|(a, s)| a + s)
+            .fold(header.len() as u64, u64::max);
+        Layout {
+            header,
+            offsets,
+            len,
+        }
+    }
+}
+
 /// The bundle of `entries` (ID, code object), in that order, aligned to
 /// `align` (a power of two; the bundler's `-bundle-align`, 4096 for HIP).
 pub fn write(entries: &[(&str, &[u8])], align: u64) -> Vec<u8> {
-    let align = align.max(1);
+    let ids: Vec<&str> = entries.iter().map(|(id, _)| *id).collect();
     let sizes: Vec<u64> = entries.iter().map(|(_, o)| o.len() as u64).collect();
-    let at = offsets(entries.iter().map(|(id, _)| *id), &sizes, align);
-    let end = at
-        .iter()
-        .zip(&sizes)
-        .map(|(a, s)| a + s)
-        .max()
-        .unwrap_or(HEADER_LEN);
-    let mut out = Vec::with_capacity(end as usize);
-    out.extend_from_slice(magic::BUNDLE);
-    out.extend((entries.len() as u64).to_le_bytes());
-    for ((id, object), offset) in entries.iter().zip(&at) {
-        out.extend(offset.to_le_bytes());
-        out.extend((object.len() as u64).to_le_bytes());
-        out.extend((id.len() as u64).to_le_bytes());
-        out.extend(id.as_bytes());
-    }
-    for ((_, object), &offset) in entries.iter().zip(&at) {
+    let layout = Layout::new(&ids, &sizes, align);
+    let mut out = Vec::with_capacity(layout.len as usize);
+    out.extend_from_slice(&layout.header);
+    for ((_, object), &offset) in entries.iter().zip(&layout.offsets) {
         // The bundler pads only forwards: an empty entry may sit before the
         // current end (its offset is still the aligned next position).
         if (out.len() as u64) < offset {

@@ -1,0 +1,197 @@
+//! One container rewritten with only the images kept, as pieces: a bundle
+//! re-laid with the bundler's own alignment (its code objects borrowed from
+//! the input), a `CCOB` inflated, re-laid and compressed again with its
+//! version and method, an NVIDIA fat binary with the kept entries byte for
+//! byte (a `--concat` group is kept whole when any member is), an offload
+//! binary kept or dropped whole. What cannot be rewritten is left whole,
+//! with the reason.
+
+use offload_loader::bundle::{self, Bundle};
+use offload_loader::compressed;
+use offload_loader::nv_fatbin;
+use offload_loader::target::OffloadKind;
+use offload_loader::{Container, Format, Limits};
+
+use crate::pieces::{Output, Piece};
+
+/// What became of a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every image kept: the same bytes.
+    Unchanged,
+    /// Rewritten with fewer images.
+    Rewritten,
+    /// No image of it is kept and it can go entirely (an offload binary,
+    /// whose scope has other binaries).
+    Removed,
+    /// Left as it was, though not every image is needed, and why.
+    Whole(String),
+}
+
+/// A container's new bytes.
+#[derive(Debug)]
+pub struct Rewrite<'a> {
+    /// What became of it.
+    pub outcome: Outcome,
+    /// Its bytes (empty when removed).
+    pub output: Output<'a>,
+}
+
+impl<'a> Rewrite<'a> {
+    fn same(bytes: &'a [u8], outcome: Outcome) -> Rewrite<'a> {
+        let mut output = Output::default();
+        output.push(Piece::Copy(bytes));
+        Rewrite { outcome, output }
+    }
+
+    fn whole(bytes: &'a [u8], why: impl Into<String>) -> Rewrite<'a> {
+        Rewrite::same(bytes, Outcome::Whole(why.into()))
+    }
+}
+
+/// `container` (whose bytes are `bytes`) with the images `keep` says yes to
+/// (by index in [`Container::images`]). A bundle's host entry is kept
+/// always. Keeping none is the caller's call: a container no device needs
+/// is left whole ([`Outcome::Whole`]), but for an offload binary whose
+/// scope is served by others, which may be [`Outcome::Removed`].
+pub fn rewrite<'a>(
+    container: &Container<'a>,
+    bytes: &'a [u8],
+    keep: &[bool],
+    limits: &Limits,
+    removable: bool,
+) -> Rewrite<'a> {
+    let images = container.images();
+    let kept = |i: usize| keep.get(i).copied().unwrap_or(true);
+    if (0..images.len()).all(kept) {
+        return Rewrite::same(bytes, Outcome::Unchanged);
+    }
+    let device_kept = images
+        .iter()
+        .enumerate()
+        .any(|(i, image)| kept(i) && image.offload_kind != OffloadKind::Host);
+    if !device_kept {
+        if removable && container.format() == Format::OffloadBinary {
+            return Rewrite {
+                outcome: Outcome::Removed,
+                output: Output::default(),
+            };
+        }
+        return Rewrite::whole(bytes, "no named device selects an image from it");
+    }
+    // Bundle entries to keep: the images kept, and the host entry.
+    let entry_kept = |entries: usize| -> Vec<bool> {
+        let mut k = vec![true; entries];
+        for (i, image) in images.iter().enumerate() {
+            if let Some(slot) = k.get_mut(image.index) {
+                *slot = kept(i) || image.offload_kind == OffloadKind::Host;
+            }
+        }
+        k
+    };
+    match container.format() {
+        Format::Bundle => {
+            let Ok(read) = Bundle::parse(bytes, limits) else {
+                return Rewrite::whole(bytes, "its bundle could not be read again");
+            };
+            let Some(align) = bundle::write::alignment(&read) else {
+                return Rewrite::whole(
+                    bytes,
+                    "its layout is not one clang-offload-bundler writes, so it cannot be rewritten",
+                );
+            };
+            let k = entry_kept(read.entries().len());
+            let entries: Vec<_> = read
+                .entries()
+                .iter()
+                .zip(&k)
+                .filter(|(_, keep)| **keep)
+                .map(|(e, _)| e)
+                .collect();
+            let ids: Vec<&str> = entries.iter().map(|e| e.id).collect();
+            let sizes: Vec<u64> = entries.iter().map(|e| e.size).collect();
+            let layout = bundle::write::Layout::new(&ids, &sizes, align);
+            let mut output = Output::default();
+            output.push(Piece::Owned(layout.header));
+            for (entry, offset) in entries.iter().zip(layout.offsets) {
+                output.pad_to(offset);
+                match read.code_object(entry) {
+                    Ok(code) => output.push(Piece::Copy(code)),
+                    Err(_) => return Rewrite::whole(bytes, "a code object could not be read"),
+                }
+            }
+            Rewrite {
+                outcome: Outcome::Rewritten,
+                output,
+            }
+        }
+        Format::CompressedBundle => {
+            let Some(ccob) = container.compression() else {
+                return Rewrite::whole(bytes, "its compressed header could not be read again");
+            };
+            let inflated = match ccob.decompress(limits) {
+                Ok(b) => b,
+                Err(e) => return Rewrite::whole(bytes, format!("it does not inflate: {e}")),
+            };
+            let Ok(read) = Bundle::parse(&inflated, limits) else {
+                return Rewrite::whole(bytes, "its inflated bundle could not be read again");
+            };
+            let k = entry_kept(read.entries().len());
+            let Some(kept_bundle) = bundle::write::keep(&read, |i| k[i]) else {
+                return Rewrite::whole(
+                    bytes,
+                    "its inflated layout is not one clang-offload-bundler writes, so it cannot be rewritten",
+                );
+            };
+            // Version 1 cannot be written: it becomes version 2, which every
+            // reader of version 1 (clang 19+, ROCm 6.2+) reads too.
+            let version = ccob.version.max(2);
+            match compressed::write::compress(&kept_bundle, version, ccob.method, None) {
+                Ok(b) => {
+                    let mut output = Output::default();
+                    output.push(Piece::Owned(b));
+                    Rewrite {
+                        outcome: Outcome::Rewritten,
+                        output,
+                    }
+                }
+                Err(e) => Rewrite::whole(bytes, format!("compressing it again failed: {e}")),
+            }
+        }
+        Format::NvFatbin => {
+            let Some(fatbin) = container.nv_fatbin() else {
+                return Rewrite::whole(bytes, "its fat binary could not be read again");
+            };
+            let entries = fatbin.entries();
+            // Top-level entries holding a kept image (a member's group), and
+            // every entry that holds no image at all.
+            let mut top_kept = vec![false; entries.len()];
+            let mut holds_image = vec![false; entries.len()];
+            for i in 0..images.len() {
+                let Some(entry) = container.nv_entry(i) else {
+                    continue;
+                };
+                let Some(at) = entries.iter().position(|e| e == entry) else {
+                    continue;
+                };
+                let top = entry.group.unwrap_or(at);
+                holds_image[top] = true;
+                if kept(i) {
+                    top_kept[top] = true;
+                }
+            }
+            let out = nv_fatbin::write::keep(fatbin, |i| top_kept[i] || !holds_image[i]);
+            let mut output = Output::default();
+            output.push(Piece::Owned(out));
+            Rewrite {
+                outcome: Outcome::Rewritten,
+                output,
+            }
+        }
+        Format::OffloadBinary => Rewrite::whole(
+            bytes,
+            "an offload binary holding several images is kept or dropped whole",
+        ),
+        other => Rewrite::whole(bytes, format!("a {} is not rewritten", other.name())),
+    }
+}

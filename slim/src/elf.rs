@@ -1,0 +1,683 @@
+//! Compacting an ELF file around one rewritten offload section: the kept
+//! containers packed from the section's start, the bytes they no longer
+//! need given no file space, every other address left where it was.
+//!
+//! A narrow patcher over `object`'s ELF types rather than `object`'s
+//! `build::elf` editor: the editor lays a file out anew (new offsets, new
+//! segment layout), while what must hold here is the opposite, that every
+//! address outside the section stays and every byte outside it is the
+//! original's but for the fields that point into it. So the file is written
+//! as the original's bytes, with patches, around the section's new bytes:
+//!
+//! - Shared objects and executables: the section's segment ends with the
+//!   kept containers; what followed the section in that segment (in every
+//!   real library measured, `.eh_frame_hdr` and `.eh_frame`; in cuSPARSE's,
+//!   `.text` too) becomes a segment of its own at the same addresses, and
+//!   everything after it in the file moves back by the removed bytes rounded
+//!   down to the segments' alignment (so offsets stay congruent to
+//!   addresses). The new program header goes after the table when there is
+//!   room, else the table moves to the end of the kept containers, inside
+//!   the first segment (where `PT_PHDR` must stay).
+//! - Relocatable objects: the sections after it move back, nothing else.
+//!
+//! What points into the section is rewritten: `R_*_RELATIVE` addends and the
+//! words the linker also wrote in place (ld.bfd does, lld does not), RELR
+//! words, relocations of objects against the section's symbols, the
+//! fat-binary wrappers (`.hipFatBinSegment`, `.nvFatBinSegment`, whose
+//! pointers a non-PIE executable holds with no relocation), symbols, section
+//! and program headers. A pointer into the middle of a container that was
+//! rewritten, a segment layout this does not know, or a reference it cannot
+//! see makes the file [`Unsafe`], never silently wrong.
+
+use std::collections::BTreeMap;
+
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader, Rela, SectionHeader, Sym};
+use object::LittleEndian as LE;
+
+use crate::pieces::{Output, Piece};
+
+type Header = elf::FileHeader64<LE>;
+
+/// Why a file cannot be compacted safely.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot be compacted safely: {0}")]
+pub struct Unsafe(pub String);
+
+fn unsafe_(why: impl Into<String>) -> Unsafe {
+    Unsafe(why.into())
+}
+
+/// One container of the section: where it was, and its new bytes.
+#[derive(Debug)]
+pub struct Placed<'a> {
+    /// Offset from the section's start.
+    pub old: u64,
+    /// Its old length.
+    pub old_len: u64,
+    /// Its new bytes (empty: removed).
+    pub output: Output<'a>,
+    /// Whether the new bytes are the old ones (so a pointer anywhere into it
+    /// moves with it).
+    pub same: bool,
+}
+
+/// Where each container went, in section-relative offsets.
+struct Map {
+    /// (old start, old length, new start, new length, same bytes).
+    moves: Vec<(u64, u64, u64, u64, bool)>,
+    old_size: u64,
+    new_size: u64,
+}
+
+impl Map {
+    /// The new offset of old section offset `at`: a container's start or end,
+    /// anywhere in a container kept as it was, or the section's end.
+    fn map(&self, at: u64) -> Option<u64> {
+        if at == self.old_size {
+            return Some(self.new_size);
+        }
+        for &(old, len, new, new_len, same) in &self.moves {
+            if at == old {
+                return Some(new);
+            }
+            if at == old + len {
+                return Some(new + new_len);
+            }
+            if same && at > old && at < old + len {
+                return Some(new + (at - old));
+            }
+        }
+        None
+    }
+}
+
+/// Patches to the original's bytes, by original file offset.
+#[derive(Default)]
+struct Patches(BTreeMap<u64, Vec<u8>>);
+
+impl Patches {
+    fn put(&mut self, at: u64, bytes: &[u8]) {
+        self.0.insert(at, bytes.to_vec());
+    }
+    fn u64(&mut self, at: u64, v: u64) {
+        self.put(at, &v.to_le_bytes());
+    }
+    fn u16(&mut self, at: u64, v: u16) {
+        self.put(at, &v.to_le_bytes());
+    }
+
+    /// `data[range]` as pieces with the patches inside it applied.
+    fn copy<'a>(&self, data: &'a [u8], start: u64, end: u64, out: &mut Output<'a>) {
+        let mut at = start;
+        for (&p, bytes) in self.0.range(start..end) {
+            let p_end = (p + bytes.len() as u64).min(end);
+            if p > at {
+                out.push(Piece::Copy(&data[at as usize..p as usize]));
+            }
+            out.push(Piece::Owned(bytes[..(p_end - p) as usize].to_vec()));
+            at = p_end.max(at);
+        }
+        if end > at {
+            out.push(Piece::Copy(&data[at as usize..end as usize]));
+        }
+    }
+}
+
+const PHDR_SIZE: u64 = 56;
+const PAGE: u64 = 4096;
+
+fn relative_type(machine: u16) -> Option<u32> {
+    match machine {
+        elf::EM_X86_64 => Some(elf::R_X86_64_RELATIVE),
+        elf::EM_AARCH64 => Some(elf::R_AARCH64_RELATIVE),
+        _ => None,
+    }
+}
+
+/// `data` (a 64-bit little-endian ELF file) with section `index` replaced by
+/// `containers` packed from its start at `align`; `Ok(None)` when that frees
+/// no whole page (nothing to gain).
+pub fn compact<'a>(
+    data: &'a [u8],
+    index: usize,
+    containers: Vec<Placed<'a>>,
+    align: u64,
+) -> Result<Option<Output<'a>>, Unsafe> {
+    let bad = |e: object::Error| unsafe_(format!("its ELF headers cannot be read: {e}"));
+    let header = Header::parse(data).map_err(bad)?;
+    let endian = header.endian().map_err(bad)?;
+    let machine = header.e_machine(endian);
+    let kind = header.e_type(endian);
+    let shdrs = header.section_headers(endian, data).map_err(bad)?;
+    let phdrs = header.program_headers(endian, data).map_err(bad)?;
+    let section = shdrs
+        .get(index)
+        .ok_or_else(|| unsafe_("the offload section is not in the section table"))?;
+    let (addr, offset, size) = (
+        section.sh_addr(endian),
+        section.sh_offset(endian),
+        section.sh_size(endian),
+    );
+    let alloc = section.sh_flags(endian) & u64::from(elf::SHF_ALLOC) != 0;
+
+    // The new section: containers packed, each at the section's alignment.
+    let align = align.clamp(1, PAGE);
+    let mut body = Output::default();
+    let mut moves = Vec::new();
+    for c in containers {
+        if c.output.is_empty() {
+            continue;
+        }
+        let at = body.len().next_multiple_of(align);
+        body.pad_to(at);
+        moves.push((c.old, c.old_len, at, c.output.len(), c.same));
+        body.extend(c.output);
+    }
+    let new_size = body.len();
+    if new_size >= size {
+        return Ok(None);
+    }
+    let map = Map {
+        moves,
+        old_size: size,
+        new_size,
+    };
+    // An address (or section offset, for objects) into the section, moved.
+    let remap = |value: u64, base: u64| -> Result<Option<u64>, Unsafe> {
+        if value < base || value > base + size {
+            return Ok(None);
+        }
+        map.map(value - base)
+            .map(|v| Some(base + v))
+            .ok_or_else(|| {
+                unsafe_(format!(
+                    "something points to {value:#x}, inside a container that was rewritten"
+                ))
+            })
+    };
+
+    let mut patches = Patches::default();
+    let mut out = Output::default();
+    let shoff = header.e_shoff(endian);
+    let shentsize = u64::from(header.e_shentsize(endian));
+
+    if kind == elf::ET_REL || !alloc {
+        // Only file offsets move: the sections after this one, by the freed
+        // bytes rounded down to their largest alignment.
+        let cut = offset + size;
+        let later_align = shdrs
+            .iter()
+            .filter(|s| s.sh_offset(endian) >= cut && s.sh_type(endian) != elf::SHT_NOBITS)
+            .map(|s| s.sh_addralign(endian).max(1))
+            .chain([8])
+            .max()
+            .unwrap_or(8);
+        if phdrs.iter().any(|p| {
+            p.p_type(endian) == elf::PT_LOAD && p.p_offset(endian) + p.p_filesz(endian) > cut
+        }) {
+            return Err(unsafe_(
+                "loaded segments follow a section that is not loaded",
+            ));
+        }
+        let shift = ((size - new_size) / later_align) * later_align;
+        if shift == 0 {
+            return Ok(None);
+        }
+        patch_sections(
+            &mut patches,
+            shdrs,
+            endian,
+            shoff,
+            shentsize,
+            index,
+            new_size,
+            cut,
+            shift,
+        )?;
+        if shoff >= cut {
+            patches.u64(0x28, shoff - shift);
+        }
+        // Relocations and symbols of an object: section-relative.
+        let base = if kind == elf::ET_REL { 0 } else { addr };
+        patch_symbols(
+            &mut patches,
+            data,
+            shdrs,
+            endian,
+            index,
+            base,
+            &remap,
+            size,
+            new_size,
+        )?;
+        if kind == elf::ET_REL {
+            patch_object_relocations(&mut patches, data, shdrs, endian, index, &remap)?;
+        }
+        patches.copy(data, 0, offset, &mut out);
+        out.extend(body);
+        out.pad_to(cut - shift);
+        patches.copy(data, cut, data.len() as u64, &mut out);
+        return Ok(Some(out));
+    }
+
+    // A shared object or executable: the segment that holds the section.
+    let load = phdrs
+        .iter()
+        .position(|p| {
+            p.p_type(endian) == elf::PT_LOAD
+                && p.p_offset(endian) <= offset
+                && offset + size <= p.p_offset(endian) + p.p_filesz(endian)
+        })
+        .ok_or_else(|| unsafe_("the offload section is in no loaded segment"))?;
+    let seg = &phdrs[load];
+    let (lv, lo, lf, lm) = (
+        seg.p_vaddr(endian),
+        seg.p_offset(endian),
+        seg.p_filesz(endian),
+        seg.p_memsz(endian),
+    );
+    if lv.wrapping_sub(lo) != addr.wrapping_sub(offset) {
+        return Err(unsafe_(
+            "the section's address and offset disagree with its segment's",
+        ));
+    }
+    let page = seg.p_align(endian).clamp(PAGE, 1 << 21);
+    // Offsets after the cut move by a multiple of every later segment's
+    // alignment, so each stays congruent to its address.
+    let step = phdrs
+        .iter()
+        .filter(|p| p.p_type(endian) == elf::PT_LOAD && p.p_offset(endian) > offset)
+        .map(|p| p.p_align(endian).max(1))
+        .chain([page])
+        .max()
+        .unwrap_or(page);
+    let tail = (lv + lm) - (addr + size);
+    let split = tail > 0;
+    // The program header table: one more entry when the segment splits.
+    let phoff = header.e_phoff(endian);
+    let phnum = u64::from(header.e_phnum(endian));
+    let first_content = shdrs
+        .iter()
+        .filter(|s| {
+            s.sh_type(endian) != elf::SHT_NULL && s.sh_offset(endian) >= phoff + phnum * PHDR_SIZE
+        })
+        .map(|s| s.sh_offset(endian))
+        .min()
+        .unwrap_or(u64::MAX);
+    let room = split && first_content - (phoff + phnum * PHDR_SIZE) >= PHDR_SIZE;
+    let move_table = split && !room;
+    let kept_end = addr + new_size;
+    let (table_at, seg1_end) = if move_table {
+        let first = phdrs
+            .iter()
+            .find(|p| p.p_type(endian) == elf::PT_LOAD)
+            .map(|p| p.p_vaddr(endian).wrapping_sub(p.p_offset(endian)));
+        if first != Some(lv.wrapping_sub(lo)) {
+            return Err(unsafe_(
+                "the program header table has no room and cannot move where the kernel finds it",
+            ));
+        }
+        let t = kept_end.next_multiple_of(8);
+        (Some(t), t + (phnum + 1) * PHDR_SIZE)
+    } else {
+        (None, kept_end)
+    };
+    let (cut, v2) = if split {
+        let v2 = (addr + size) / page * page;
+        (lo + (v2 - lv), v2)
+    } else {
+        (offset + size, addr + size)
+    };
+    let free = if split {
+        v2.saturating_sub(seg1_end.next_multiple_of(page))
+    } else {
+        (addr + size).saturating_sub(seg1_end)
+    };
+    let shift = free / step * step;
+    if shift == 0 {
+        return Ok(None);
+    }
+
+    // Program headers.
+    let mut table = Vec::with_capacity(((phnum + 1) * PHDR_SIZE) as usize);
+    for (i, p) in phdrs.iter().enumerate() {
+        let mut h = *p;
+        let (ty, off, filesz) = (p.p_type(endian), p.p_offset(endian), p.p_filesz(endian));
+        if i == load {
+            h.p_filesz.set(endian, seg1_end - lv);
+            h.p_memsz.set(endian, seg1_end - lv);
+            table.extend_from_slice(object::bytes_of(&h));
+            if split {
+                let mut second = *p;
+                second.p_offset.set(endian, cut - shift);
+                second.p_vaddr.set(endian, v2);
+                second.p_paddr.set(endian, v2);
+                second.p_filesz.set(endian, lv + lf - v2);
+                second.p_memsz.set(endian, lv + lm - v2);
+                table.extend_from_slice(object::bytes_of(&second));
+            }
+            continue;
+        }
+        if ty == elf::PT_PHDR {
+            if let Some(t) = table_at {
+                h.p_offset.set(endian, lo + (t - lv));
+                h.p_vaddr.set(endian, t);
+                h.p_paddr.set(endian, t);
+                h.p_filesz.set(endian, (phnum + 1) * PHDR_SIZE);
+                h.p_memsz.set(endian, (phnum + 1) * PHDR_SIZE);
+            } else if split {
+                h.p_filesz.set(endian, (phnum + 1) * PHDR_SIZE);
+                h.p_memsz.set(endian, (phnum + 1) * PHDR_SIZE);
+            }
+        } else if off >= cut {
+            h.p_offset.set(endian, off - shift);
+        } else if filesz > 0 && off + filesz > offset + new_size && off < cut {
+            return Err(unsafe_(format!(
+                "a program header (type {ty:#x}) covers the bytes that would go"
+            )));
+        }
+        table.extend_from_slice(object::bytes_of(&h));
+    }
+    if split {
+        patches.u16(0x38, (phnum + 1) as u16);
+    }
+    match table_at {
+        Some(t) => patches.u64(0x20, lo + (t - lv)),
+        None => patches.put(phoff, &table),
+    }
+
+    // Section headers and the ELF header's section table offset.
+    patch_sections(
+        &mut patches,
+        shdrs,
+        endian,
+        shoff,
+        shentsize,
+        index,
+        new_size,
+        cut,
+        shift,
+    )?;
+    if shoff >= cut {
+        patches.u64(0x28, shoff - shift);
+    }
+
+    // What points into the section: relocations, RELR words, wrappers, symbols.
+    let file_offset = |vaddr: u64| -> Option<u64> {
+        phdrs.iter().find_map(|p| {
+            (p.p_type(endian) == elf::PT_LOAD
+                && vaddr >= p.p_vaddr(endian)
+                && vaddr + 8 <= p.p_vaddr(endian) + p.p_filesz(endian))
+            .then(|| p.p_offset(endian) + (vaddr - p.p_vaddr(endian)))
+        })
+    };
+    let word = |at: u64| -> Option<u64> {
+        data.get(at as usize..at as usize + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+    };
+    let relative = relative_type(machine);
+    let mut referenced = 0usize;
+    for s in shdrs.iter() {
+        match s.sh_type(endian) {
+            elf::SHT_RELA => {
+                let Ok(relas) = s.data_as_array::<elf::Rela64<LE>, _>(endian, data) else {
+                    return Err(unsafe_("a relocation section cannot be read"));
+                };
+                for (i, r) in relas.iter().enumerate() {
+                    let at = s.sh_offset(endian) + i as u64 * 24;
+                    let (ty, sym) = (r.r_type(endian, false), r.r_sym(endian, false));
+                    let addend = r.r_addend(endian) as u64;
+                    if Some(ty) == relative && sym == 0 {
+                        if let Some(new) = remap(addend, addr)? {
+                            patches.u64(at + 16, new);
+                            referenced += 1;
+                            if let Some(w) = file_offset(r.r_offset(endian)) {
+                                if word(w) == Some(addend) {
+                                    patches.u64(w, new);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            elf::SHT_RELR => {
+                let Ok(words) = s.data_as_array::<object::U64<LE>, _>(endian, data) else {
+                    return Err(unsafe_("a RELR section cannot be read"));
+                };
+                let mut next = 0u64;
+                for w in words {
+                    let w = w.get(endian);
+                    let mut places = Vec::new();
+                    if w & 1 == 0 {
+                        places.push(w);
+                        next = w + 8;
+                    } else {
+                        for bit in 1..64 {
+                            if w >> bit & 1 == 1 {
+                                places.push(next + (bit - 1) * 8);
+                            }
+                        }
+                        next += 63 * 8;
+                    }
+                    for place in places {
+                        let Some(f) = file_offset(place) else {
+                            continue;
+                        };
+                        if let Some(value) = word(f) {
+                            if let Some(new) = remap(value, addr)? {
+                                patches.u64(f, new);
+                                referenced += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // The wrappers' pointers: a non-PIE executable has no relocation for them.
+    let names = header.section_strings(endian, data, shdrs).ok();
+    for s in shdrs.iter() {
+        let name = names
+            .and_then(|n| s.name(endian, n).ok())
+            .unwrap_or_default();
+        if name != b".hipFatBinSegment" && name != b".nvFatBinSegment" {
+            continue;
+        }
+        let (so, sz) = (s.sh_offset(endian), s.sh_size(endian));
+        for w in (0..sz / 24).map(|i| so + i * 24 + 8) {
+            if let Some(value) = word(w) {
+                if let Some(new) = remap(value, addr)? {
+                    patches.u64(w, new);
+                    referenced += 1;
+                }
+            }
+        }
+    }
+    if referenced == 0 {
+        return Err(unsafe_(
+            "no relocation or fat-binary wrapper points into the section, so what refers to it is unknown",
+        ));
+    }
+    patch_symbols(
+        &mut patches,
+        data,
+        shdrs,
+        endian,
+        index,
+        addr,
+        &remap,
+        size,
+        new_size,
+    )?;
+
+    // The file: up to the section, its new bytes, the moved table, the rest.
+    patches.copy(data, 0, offset, &mut out);
+    out.extend(body);
+    if let Some(t) = table_at {
+        out.pad_to(lo + (t - lv));
+        out.push(Piece::Owned(table));
+    }
+    out.pad_to(cut - shift);
+    patches.copy(data, cut, data.len() as u64, &mut out);
+    Ok(Some(out))
+}
+
+/// Section headers: the section's new size; the offsets of those after the
+/// cut moved back. A section other than this one inside the freed bytes is
+/// unsafe.
+#[allow(clippy::too_many_arguments)]
+fn patch_sections(
+    patches: &mut Patches,
+    shdrs: &[elf::SectionHeader64<LE>],
+    endian: LE,
+    shoff: u64,
+    shentsize: u64,
+    index: usize,
+    new_size: u64,
+    cut: u64,
+    shift: u64,
+) -> Result<(), Unsafe> {
+    let (start, end) = (shdrs[index].sh_offset(endian) + new_size, cut);
+    for (i, s) in shdrs.iter().enumerate() {
+        let at = shoff + i as u64 * shentsize;
+        let off = s.sh_offset(endian);
+        if i == index {
+            patches.u64(at + 0x20, new_size);
+        } else if off >= cut {
+            patches.u64(at + 0x18, off - shift);
+        } else if s.sh_type(endian) != elf::SHT_NOBITS
+            && s.sh_type(endian) != elf::SHT_NULL
+            && s.sh_size(endian) > 0
+            && off < end
+            && off + s.sh_size(endian) > start
+        {
+            return Err(unsafe_(format!(
+                "section {i} lies in the bytes that would go"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Symbols defined in the section: their values moved (`base` is the
+/// section's address, 0 in an object), a size that covered a whole
+/// container or the section made the new one.
+#[allow(clippy::too_many_arguments)]
+fn patch_symbols(
+    patches: &mut Patches,
+    data: &[u8],
+    shdrs: &[elf::SectionHeader64<LE>],
+    endian: LE,
+    index: usize,
+    base: u64,
+    remap: &dyn Fn(u64, u64) -> Result<Option<u64>, Unsafe>,
+    size: u64,
+    new_size: u64,
+) -> Result<(), Unsafe> {
+    for s in shdrs {
+        if !matches!(s.sh_type(endian), elf::SHT_SYMTAB | elf::SHT_DYNSYM) {
+            continue;
+        }
+        let Ok(syms) = s.data_as_array::<elf::Sym64<LE>, _>(endian, data) else {
+            return Err(unsafe_("a symbol table cannot be read"));
+        };
+        for (i, sym) in syms.iter().enumerate() {
+            if usize::from(sym.st_shndx(endian)) != index || sym.st_type() == elf::STT_SECTION {
+                continue;
+            }
+            let at = s.sh_offset(endian) + i as u64 * 24;
+            let value = sym.st_value(endian);
+            let Some(new) = remap(value, base)? else {
+                continue;
+            };
+            patches.u64(at + 8, new);
+            let sz = sym.st_size(endian);
+            if value == base && sz == size {
+                patches.u64(at + 16, new_size);
+            } else if sz > 0 {
+                let end = remap(value + sz, base)?.unwrap_or(new);
+                patches.u64(at + 16, end.saturating_sub(new));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An object's relocations against the section (its section symbol with an
+/// offset, or a symbol defined in it): the target moved.
+fn patch_object_relocations(
+    patches: &mut Patches,
+    data: &[u8],
+    shdrs: &[elf::SectionHeader64<LE>],
+    endian: LE,
+    index: usize,
+    remap: &dyn Fn(u64, u64) -> Result<Option<u64>, Unsafe>,
+) -> Result<(), Unsafe> {
+    for s in shdrs {
+        if s.sh_type(endian) != elf::SHT_RELA {
+            continue;
+        }
+        let Some(symtab) = shdrs.get(s.sh_link(endian) as usize) else {
+            continue;
+        };
+        let Ok(syms) = symtab.data_as_array::<elf::Sym64<LE>, _>(endian, data) else {
+            return Err(unsafe_("a symbol table cannot be read"));
+        };
+        let Ok(relas) = s.data_as_array::<elf::Rela64<LE>, _>(endian, data) else {
+            return Err(unsafe_("a relocation section cannot be read"));
+        };
+        for (i, r) in relas.iter().enumerate() {
+            let Some(sym) = syms.get(r.r_sym(endian, false) as usize) else {
+                continue;
+            };
+            if usize::from(sym.st_shndx(endian)) != index {
+                continue;
+            }
+            let value = sym.st_value(endian);
+            let target = value.wrapping_add(r.r_addend(endian) as u64);
+            if let Some(new_target) = remap(target, 0)? {
+                let new_value = remap(value, 0)?.unwrap_or(value);
+                let at = s.sh_offset(endian) + i as u64 * 24 + 16;
+                patches.u64(at, new_target.wrapping_sub(new_value));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_ends_and_unchanged_insides_move() {
+        let map = Map {
+            moves: vec![(0, 100, 0, 40, false), (4096, 50, 64, 50, true)],
+            old_size: 5000,
+            new_size: 114,
+        };
+        assert_eq!(map.map(0), Some(0));
+        assert_eq!(map.map(100), Some(40));
+        assert_eq!(map.map(50), None);
+        assert_eq!(map.map(4096), Some(64));
+        assert_eq!(map.map(4100), Some(68));
+        assert_eq!(map.map(5000), Some(114));
+    }
+
+    #[test]
+    fn patches_overlay_the_copied_bytes() {
+        let data: Vec<u8> = (0..32).collect();
+        let mut p = Patches::default();
+        p.put(4, &[0xff; 4]);
+        p.put(30, &[7, 7, 7, 7]);
+        let mut out = Output::default();
+        p.copy(&data, 2, 32, &mut out);
+        let v = out.to_vec();
+        assert_eq!(&v[..2], &[2, 3]);
+        assert_eq!(&v[2..6], &[0xff; 4]);
+        assert_eq!(&v[28..], &[7, 7]);
+        assert_eq!(v.len(), 30);
+    }
+}

@@ -1,0 +1,369 @@
+//! One file slimmed for a set of devices, end to end: which images each
+//! device selects (`offload_loader::select`, the same call the probe and the
+//! runtime make), the file rewritten with those ([`crate::slim`]), the result
+//! written beside its destination and read back (every device must select
+//! byte-identical images from it), then renamed into place.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use md5::{Digest, Md5};
+use offload_loader::image::CodeKind;
+use offload_loader::target::Vendor;
+use offload_loader::{
+    select, DeviceTarget, ImageSource, Limits, MappedFile, Policy, SectionContainers,
+};
+
+use crate::{ContainerReport, Outcome};
+
+/// What to keep.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The devices: every image one of them selects is kept.
+    pub devices: Vec<DeviceTarget>,
+    /// Also keep every PTX image an NVIDIA device could JIT.
+    pub keep_ptx: bool,
+    /// Bounds on reading.
+    pub limits: Limits,
+}
+
+/// Where the result goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    /// Nowhere: sizes only.
+    DryRun,
+    /// Over the file itself (atomically: a temporary file in its directory,
+    /// renamed), and over `also`, other names of the same file.
+    InPlace {
+        /// Hard links to the same file, replaced by links to the result.
+        also: Vec<PathBuf>,
+    },
+    /// To this path (its directory made if missing).
+    To(PathBuf),
+}
+
+/// An image removed, and why: what each device said of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removed {
+    /// Its index in its container.
+    pub index: usize,
+    /// Its bundle-style ID.
+    pub id: String,
+    /// `device: reason` for each device.
+    pub reasons: Vec<String>,
+}
+
+/// A container's report with the images' IDs.
+#[derive(Debug, Clone)]
+pub struct ContainerSummary {
+    /// What the writer did.
+    pub report: ContainerReport,
+    /// The kept images' IDs, by index.
+    pub kept: Vec<(usize, String)>,
+    /// The removed images, with why.
+    pub removed: Vec<Removed>,
+}
+
+/// What was done to one file.
+#[derive(Debug, Clone, Default)]
+pub struct FileReport {
+    /// The file.
+    pub path: PathBuf,
+    /// Its size.
+    pub before: u64,
+    /// Its size after (the same when nothing changes).
+    pub after: u64,
+    /// Whether a result was written.
+    pub written: bool,
+    /// Its containers.
+    pub containers: Vec<ContainerSummary>,
+    /// Sections left whole, and why.
+    pub sections_left: Vec<(String, String)>,
+    /// Devices for which a container of their kind of GPU has no image:
+    /// (device, section, container offset).
+    pub missing: Vec<(String, String, u64)>,
+    /// A read, write or verification error: the file is untouched.
+    pub error: Option<String>,
+}
+
+/// Slims `path` for `options` into `destination`.
+pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> FileReport {
+    let mut report = FileReport {
+        path: path.to_path_buf(),
+        ..FileReport::default()
+    };
+    let file = match MappedFile::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            report.error = Some(e.to_string());
+            return report;
+        }
+    };
+    let data = file.bytes();
+    report.before = data.len() as u64;
+    report.after = report.before;
+    let sections = match file.containers(&options.limits) {
+        Ok(s) => s,
+        Err(e) => {
+            report.error = Some(e.to_string());
+            return report;
+        }
+    };
+    let plan = plan(&sections, options);
+    report.missing = plan.missing.clone();
+    let keep = |s: &SectionContainers<'_>, c: &offload_loader::Container<'_>| {
+        let _ = s;
+        let n = c.images().len();
+        Some(
+            (0..n)
+                .map(|i| plan.keep.contains(&(c.offset(), i)))
+                .collect::<Vec<bool>>(),
+        )
+    };
+    let slimmed = crate::slim(data, &sections, &keep, &options.limits);
+    report.sections_left = slimmed.sections_left;
+    report.containers = slimmed
+        .containers
+        .into_iter()
+        .map(|r| summarise(r, &sections, &plan))
+        .collect();
+    let Some(output) = slimmed.output else {
+        return report;
+    };
+    report.after = output.len();
+    let target = match destination {
+        Destination::DryRun => return report,
+        Destination::InPlace { .. } => match fs::canonicalize(path) {
+            Ok(p) => p,
+            Err(e) => {
+                report.error = Some(format!("{}: {e}", path.display()));
+                return report;
+            }
+        },
+        Destination::To(p) => p.clone(),
+    };
+    match write_verified(&target, path, &output, &sections, options, destination) {
+        Ok(()) => report.written = true,
+        Err(e) => {
+            report.error = Some(e);
+            report.after = report.before;
+        }
+    }
+    report
+}
+
+/// Which images to keep: (container offset, image index), and which
+/// devices find no image in a container of their kind.
+struct Plan {
+    keep: BTreeSet<(u64, usize)>,
+    /// (container offset, image index) → `device: why not`, for reports.
+    reasons: BTreeMap<(u64, usize), Vec<String>>,
+    missing: Vec<(String, String, u64)>,
+}
+
+fn plan(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
+    let mut keep = BTreeSet::new();
+    let mut reasons: BTreeMap<(u64, usize), Vec<String>> = BTreeMap::new();
+    let mut missing = Vec::new();
+    for s in sections {
+        for scope in s.scopes() {
+            let targets = |v: Vendor| {
+                scope
+                    .images()
+                    .iter()
+                    .any(|i| i.triple.gpu_vendor() == Some(v))
+            };
+            let kernel_less = scope.containers().iter().all(|c| c.is_kernel_less());
+            for device in &options.devices {
+                let selection = select(device, &scope, &Policy::default());
+                if let Some(i) = selection.chosen {
+                    if let Some((c, j)) = scope.locate(i) {
+                        keep.insert((c.offset(), j));
+                    }
+                } else if targets(device.vendor()) && !kernel_less {
+                    let at = scope.containers().first().map_or(0, |c| c.offset());
+                    missing.push((device.to_string(), s.section.name.clone(), at));
+                }
+                if options.keep_ptx && device.vendor() == Vendor::Nvidia {
+                    for &(i, _) in &selection.compatible {
+                        if scope.images()[i].declared == Some(CodeKind::Ptx) {
+                            if let Some((c, j)) = scope.locate(i) {
+                                keep.insert((c.offset(), j));
+                            }
+                        }
+                    }
+                }
+                for (i, why) in &selection.rejected {
+                    if let Some((c, j)) = scope.locate(*i) {
+                        reasons
+                            .entry((c.offset(), j))
+                            .or_default()
+                            .push(format!("{device}: {why}"));
+                    }
+                }
+                for &(i, _) in &selection.compatible {
+                    if Some(i) != selection.chosen {
+                        if let Some((c, j)) = scope.locate(i) {
+                            reasons
+                                .entry((c.offset(), j))
+                                .or_default()
+                                .push(format!("{device}: another image fits it better"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Plan {
+        keep,
+        reasons,
+        missing,
+    }
+}
+
+fn summarise(
+    report: ContainerReport,
+    sections: &[SectionContainers<'_>],
+    plan: &Plan,
+) -> ContainerSummary {
+    let container = sections
+        .iter()
+        .flat_map(|s| s.containers.iter().flatten())
+        .find(|c| c.offset() == report.offset);
+    let id = |i: usize| {
+        container
+            .and_then(|c| c.images().get(i))
+            .map_or_else(String::new, |image| image.id.clone())
+    };
+    ContainerSummary {
+        kept: report.kept.iter().map(|&i| (i, id(i))).collect(),
+        removed: report
+            .removed
+            .iter()
+            .map(|&i| Removed {
+                index: i,
+                id: id(i),
+                reasons: plan
+                    .reasons
+                    .get(&(report.offset, i))
+                    .cloned()
+                    .unwrap_or_default(),
+            })
+            .collect(),
+        report,
+    }
+}
+
+/// The bytes of every image each device selects in `sections`, in order, as
+/// MD5 digests (what must not change).
+fn selected(
+    sections: &[SectionContainers<'_>],
+    devices: &[DeviceTarget],
+) -> Result<Vec<Vec<[u8; 16]>>, String> {
+    let mut out = Vec::new();
+    for device in devices {
+        let mut digests = Vec::new();
+        for s in sections {
+            for scope in s.scopes() {
+                if let Some(i) = select(device, &scope, &Policy::default()).chosen {
+                    let (c, j) = scope.locate(i).ok_or("a selected image has no container")?;
+                    let bytes = c.take_image(j).map_err(|e| e.to_string())?;
+                    digests.push(Md5::digest(&bytes).into());
+                }
+            }
+        }
+        out.push(digests);
+    }
+    Ok(out)
+}
+
+/// Writes `output` to a temporary file beside `target`, reads it back
+/// (every device must select byte-identical images to those it selects in
+/// the original), keeps the original's mode, and renames it to `target`;
+/// for an in-place write, other hard links are pointed at the result too.
+fn write_verified(
+    target: &Path,
+    original: &Path,
+    output: &crate::Output<'_>,
+    sections: &[SectionContainers<'_>],
+    options: &Options,
+    destination: &Destination,
+) -> Result<(), String> {
+    let dir = target.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let name = target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("slim");
+    let temp = dir.join(format!(".{name}.slim-{}", std::process::id()));
+    let result = (|| -> Result<(), String> {
+        let io = |e: std::io::Error| format!("{}: {e}", temp.display());
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+            .map_err(io)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
+        output.write_to(&mut w).map_err(io)?;
+        w.flush().map_err(io)?;
+        drop(w);
+        let mode = fs::metadata(original)
+            .map_err(|e| format!("{}: {e}", original.display()))?
+            .permissions();
+        f.set_permissions(mode).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        drop(f);
+        // Read back through the same readers.
+        let written =
+            MappedFile::open(&temp).map_err(|e| format!("reading the result back: {e}"))?;
+        if written.bytes().len() as u64 != output.len() {
+            return Err("the result's size is not the one written".into());
+        }
+        let new_sections = written
+            .containers(&options.limits)
+            .map_err(|e| format!("reading the result back: {e}"))?;
+        let before = selected(sections, &options.devices)?;
+        let after = selected(&new_sections, &options.devices)
+            .map_err(|e| format!("reading the result back: {e}"))?;
+        if before != after {
+            return Err(
+                "verification failed: a device would select different images from the result"
+                    .into(),
+            );
+        }
+        fs::rename(&temp, target).map_err(|e| format!("{}: {e}", target.display()))?;
+        if let Destination::InPlace { also } = destination {
+            for other in also {
+                let link = other.with_file_name(format!(
+                    ".{}.slim-link-{}",
+                    other.file_name().and_then(|n| n.to_str()).unwrap_or("slim"),
+                    std::process::id()
+                ));
+                fs::hard_link(target, &link).map_err(|e| format!("{}: {e}", link.display()))?;
+                fs::rename(&link, other).map_err(|e| format!("{}: {e}", other.display()))?;
+            }
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result
+}
+
+impl FileReport {
+    /// Whether anything in the file would change.
+    pub fn changes(&self) -> bool {
+        self.after != self.before
+    }
+
+    /// The containers left whole though they target a named device's kind
+    /// of GPU and have no image for it.
+    pub fn whole(&self) -> impl Iterator<Item = &ContainerSummary> {
+        self.containers
+            .iter()
+            .filter(|c| matches!(c.report.outcome, Outcome::Whole(_)))
+    }
+}

@@ -1,0 +1,230 @@
+//! # offload-slim
+//!
+//! Rewrites a file's offload containers with only the images a caller keeps,
+//! and the ELF file around them so that it really shrinks (module `elf`
+//! says how, and what makes a layout unsafe to touch). It decides nothing
+//! about devices: [`slim`] is handed, for each container, which images to
+//! keep (`offload-probe slim` asks `offload-loader`'s selection).
+//!
+//! Data flows one way: `pieces` (an output as runs of the input and new
+//! bytes) → `container` (one container rewritten with the format writers of
+//! `offload-loader`) → `elf` (the file compacted around one section) → this
+//! file ([`slim`]: which containers, which section, what to report) →
+//! `file` ([`slim_file`]: the images each device selects, the result
+//! written, read back and verified, renamed into place).
+
+mod container;
+mod elf;
+mod file;
+mod pieces;
+
+use offload_loader::discover::SectionRole;
+use offload_loader::target::OffloadKind;
+use offload_loader::{Container, Format, Limits, SectionContainers};
+
+pub use container::Outcome;
+pub use elf::Unsafe;
+pub use file::{slim_file, ContainerSummary, Destination, FileReport, Options, Removed};
+pub use pieces::{Output, Piece};
+
+/// What became of one container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerReport {
+    /// The section it is in.
+    pub section: String,
+    /// Its offset in the file.
+    pub offset: u64,
+    /// Its format.
+    pub format: Format,
+    /// Bytes before and after.
+    pub before: u64,
+    /// Bytes after (0 when removed).
+    pub after: u64,
+    /// The images kept and removed, by index in the container.
+    pub kept: Vec<usize>,
+    /// The images removed.
+    pub removed: Vec<usize>,
+    /// What became of it.
+    pub outcome: Outcome,
+}
+
+/// A file slimmed: its new bytes (`None`: nothing changes) and a report per
+/// container, and per section that could not be compacted.
+#[derive(Debug)]
+pub struct Slimmed<'a> {
+    /// The new file, when anything changes.
+    pub output: Option<Output<'a>>,
+    /// Each container of each offload section.
+    pub containers: Vec<ContainerReport>,
+    /// Sections left as they were though some of their images could go, and
+    /// why (a layout that cannot be compacted safely, a second section).
+    pub sections_left: Vec<(String, String)>,
+}
+
+/// Slims `data` (a whole file), whose offload sections are `sections`
+/// ([`offload_loader::MappedFile::containers`]): `keep` says, for each
+/// container, which of its images to keep (by index in
+/// [`Container::images`]); `None` leaves the container alone.
+///
+/// A raw container file is rewritten whole; an ELF file has its offload
+/// section compacted (one per run: the one that frees most, the others are
+/// reported in [`Slimmed::sections_left`]). Archives are not rewritten yet:
+/// they are reported.
+pub fn slim<'a>(
+    data: &'a [u8],
+    sections: &[SectionContainers<'a>],
+    keep: &dyn Fn(&SectionContainers<'a>, &Container<'a>) -> Option<Vec<bool>>,
+    limits: &Limits,
+) -> Slimmed<'a> {
+    let mut reports = Vec::new();
+    let mut left = Vec::new();
+    // Per section: (section index in `sections`, the new section, bytes freed).
+    let mut candidates: Vec<(usize, Vec<elf::Placed<'a>>, u64)> = Vec::new();
+    for (si, s) in sections.iter().enumerate() {
+        if s.section.role != SectionRole::Containers {
+            continue;
+        }
+        let name = match &s.section.member {
+            Some(m) => format!("{m}({})", s.section.name),
+            None => s.section.name.clone(),
+        };
+        if s.containers.iter().any(|c| c.is_err()) {
+            left.push((name, "a container in it cannot be read".into()));
+            continue;
+        }
+        // Offload binaries are weighed together: one may go when another
+        // keeps an image.
+        let masks: Vec<Option<Vec<bool>>> =
+            s.containers.iter().flatten().map(|c| keep(s, c)).collect();
+        let any_binary_kept = s.containers.iter().flatten().zip(&masks).any(|(c, m)| {
+            c.format() == Format::OffloadBinary && m.as_ref().is_none_or(|m| m.iter().any(|&k| k))
+        });
+        let mut placed = Vec::new();
+        let mut freed = 0u64;
+        for (c, mask) in s.containers.iter().flatten().zip(masks) {
+            let start = c.offset() as usize;
+            let bytes = &data[start..start + c.len() as usize];
+            let mask = mask.unwrap_or_else(|| vec![true; c.images().len()]);
+            let rewrite = container::rewrite(c, bytes, &mask, limits, any_binary_kept);
+            // A bundle's host entry is always kept.
+            let (kept, removed): (Vec<usize>, Vec<usize>) = (0..c.images().len()).partition(|&i| {
+                mask.get(i).copied().unwrap_or(true)
+                    || c.images()[i].offload_kind == OffloadKind::Host
+            });
+            let after = rewrite.output.len();
+            freed += c.len().saturating_sub(after);
+            let same = matches!(rewrite.outcome, Outcome::Unchanged | Outcome::Whole(_));
+            reports.push(ContainerReport {
+                section: name.clone(),
+                offset: c.offset(),
+                format: c.format(),
+                before: c.len(),
+                after,
+                kept: if same {
+                    (0..c.images().len()).collect()
+                } else {
+                    kept
+                },
+                removed: if same { Vec::new() } else { removed },
+                outcome: rewrite.outcome,
+            });
+            placed.push(elf::Placed {
+                old: c.offset() - s.section.file_offset,
+                old_len: c.len(),
+                output: rewrite.output,
+                same,
+            });
+        }
+        if freed > 0 {
+            candidates.push((si, placed, freed));
+        }
+    }
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.2));
+    let mut output = None;
+    for (si, placed, _) in candidates {
+        let s = &sections[si].section;
+        if output.is_some() {
+            left.push((
+                s.name.clone(),
+                "one offload section is compacted per run: run again".into(),
+            ));
+            continue;
+        }
+        let result =
+            if s.file_offset == 0 && s.size == data.len() as u64 && !data.starts_with(b"\x7fELF") {
+                Ok(Some(raw(placed)))
+            } else if s.member.is_some() {
+                Err(Unsafe("archive members are not rewritten yet".into()))
+            } else {
+                match section_index(data, s.file_offset, s.size) {
+                    Some(index) => elf::compact(data, index, placed, section_align(data, index)),
+                    None => Err(Unsafe(
+                        "the section is not in the file's section table".into(),
+                    )),
+                }
+            };
+        match result {
+            Ok(Some(out)) => output = Some(out),
+            Ok(None) => left.push((s.name.clone(), "it frees less than a page".into())),
+            Err(e) => left.push((s.name.clone(), e.to_string())),
+        }
+    }
+    // Containers of a section that was not rewritten are as they were.
+    if output.is_none() {
+        for r in &mut reports {
+            if r.outcome == Outcome::Rewritten || r.outcome == Outcome::Removed {
+                r.outcome = Outcome::Whole("its section was not rewritten".into());
+                r.after = r.before;
+                r.kept.append(&mut r.removed);
+                r.kept.sort_unstable();
+            }
+        }
+    }
+    Slimmed {
+        output,
+        containers: reports,
+        sections_left: left,
+    }
+}
+
+/// A raw container file: its containers packed, each at 8 bytes (the
+/// alignment of offload binaries; bundles and fat binaries need none).
+fn raw(placed: Vec<elf::Placed<'_>>) -> Output<'_> {
+    let mut out = Output::default();
+    for p in placed {
+        if p.output.is_empty() {
+            continue;
+        }
+        out.pad_to(out.len().next_multiple_of(8));
+        out.extend(p.output);
+    }
+    out
+}
+
+fn section_index(data: &[u8], offset: u64, size: u64) -> Option<usize> {
+    use object::read::elf::{FileHeader, SectionHeader};
+    let header = object::elf::FileHeader64::<object::LittleEndian>::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let shdrs = header.section_headers(endian, data).ok()?;
+    shdrs.iter().position(|s| {
+        s.sh_offset(endian) == offset
+            && s.sh_size(endian) == size
+            && s.sh_type(endian) != object::elf::SHT_NOBITS
+    })
+}
+
+fn section_align(data: &[u8], index: usize) -> u64 {
+    use object::read::elf::{FileHeader, SectionHeader};
+    let Ok(header) = object::elf::FileHeader64::<object::LittleEndian>::parse(data) else {
+        return 8;
+    };
+    let Ok(endian) = header.endian() else {
+        return 8;
+    };
+    header
+        .section_headers(endian, data)
+        .ok()
+        .and_then(|s| s.get(index).map(|s| s.sh_addralign(endian)))
+        .unwrap_or(8)
+        .max(1)
+}

@@ -1,0 +1,118 @@
+//! A file to write, as pieces: runs of the original's bytes (borrowed from
+//! the mapped file, never copied), bytes made anew, and runs of zeros. The
+//! output of a 1.3 GB library is written from the mapping piece by piece,
+//! so memory holds only what was made anew.
+
+use std::io::{self, Write};
+
+/// One piece of an output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// Bytes of the input, as they are.
+    Copy(&'a [u8]),
+    /// Bytes made anew.
+    Owned(Vec<u8>),
+    /// This many zero bytes.
+    Zeros(u64),
+}
+
+impl Piece<'_> {
+    /// The piece's length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Piece::Copy(b) => b.len() as u64,
+            Piece::Owned(b) => b.len() as u64,
+            Piece::Zeros(n) => *n,
+        }
+    }
+
+    /// Whether the piece is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// An output: pieces in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Output<'a> {
+    pieces: Vec<Piece<'a>>,
+    len: u64,
+}
+
+impl<'a> Output<'a> {
+    /// Appends `piece` (an empty one is dropped).
+    pub fn push(&mut self, piece: Piece<'a>) {
+        if !piece.is_empty() {
+            self.len += piece.len();
+            self.pieces.push(piece);
+        }
+    }
+
+    /// Appends zeros up to `offset` (nothing if the output is already there).
+    pub fn pad_to(&mut self, offset: u64) {
+        if offset > self.len {
+            self.push(Piece::Zeros(offset - self.len));
+        }
+    }
+
+    /// Appends every piece of `other`.
+    pub fn extend(&mut self, other: Output<'a>) {
+        for piece in other.pieces {
+            self.push(piece);
+        }
+    }
+
+    /// The output's length.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the output is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes the output to `w`.
+    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        for piece in &self.pieces {
+            match piece {
+                Piece::Copy(b) => w.write_all(b)?,
+                Piece::Owned(b) => w.write_all(b)?,
+                Piece::Zeros(n) => {
+                    let mut left = *n;
+                    while left > 0 {
+                        let step = left.min(ZEROS.len() as u64) as usize;
+                        w.write_all(&ZEROS[..step])?;
+                        left -= step as u64;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The output as one buffer (tests, small files).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len as usize);
+        self.write_to(&mut out).expect("writing to a Vec");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_write_in_order() {
+        let mut o = Output::default();
+        o.push(Piece::Copy(b"ab"));
+        o.push(Piece::Zeros(0));
+        o.pad_to(4);
+        o.push(Piece::Owned(b"cd".to_vec()));
+        o.pad_to(3);
+        assert_eq!(o.len(), 6);
+        assert_eq!(o.to_vec(), b"ab\0\0cd");
+    }
+}
