@@ -339,6 +339,24 @@ pub fn compact<'a>(
         return Ok(None);
     }
 
+    // A part of the split segment that holds no code is not executable (its
+    // flags are the segment's, which held `.text` beside the section).
+    let code_in = |from: u64, to: u64| {
+        shdrs.iter().any(|s| {
+            s.sh_flags(endian) & u64::from(elf::SHF_EXECINSTR) != 0
+                && s.sh_addr(endian) < to
+                && s.sh_addr(endian) + s.sh_size(endian) > from
+        })
+    };
+    let flags_for = |from: u64, to: u64| {
+        let flags = seg.p_flags(endian);
+        if split && !code_in(from, to) {
+            flags & !elf::PF_X
+        } else {
+            flags
+        }
+    };
+
     // Program headers.
     let mut table = Vec::with_capacity(((phnum + 1) * PHDR_SIZE) as usize);
     for (i, p) in phdrs.iter().enumerate() {
@@ -347,6 +365,7 @@ pub fn compact<'a>(
         if i == load {
             h.p_filesz.set(endian, seg1_end - lv);
             h.p_memsz.set(endian, seg1_end - lv);
+            h.p_flags.set(endian, flags_for(lv, seg1_end));
             table.extend_from_slice(object::bytes_of(&h));
             if split {
                 let mut second = *p;
@@ -355,6 +374,7 @@ pub fn compact<'a>(
                 second.p_paddr.set(endian, v2);
                 second.p_filesz.set(endian, lv + lf - v2);
                 second.p_memsz.set(endian, lv + lm - v2);
+                second.p_flags.set(endian, flags_for(v2, lv + lm));
                 table.extend_from_slice(object::bytes_of(&second));
             }
             continue;

@@ -1,0 +1,400 @@
+//! `offload-probe slim` on real files, checked with tools nobody here wrote:
+//! `roc-obj-ls` and `clang-offload-bundler` list exactly the kept images,
+//! byte-identical to the same images in the original; `cuobjdump` lists and
+//! extracts the kept cubins and PTX; `eu-elflint --gnu-ld` finds nothing;
+//! shared libraries `dlopen` with `RTLD_NOW` and export the same dynamic
+//! symbols; programs built by clang and nvcc, linked with our runtime, print
+//! what they printed before for the kept devices.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use support::*;
+
+fn probe() -> Option<PathBuf> {
+    built("offload-probe")
+}
+
+/// Runs `offload-probe slim ARGS`; (exit code, stdout).
+fn slim(args: &[&str]) -> (i32, String) {
+    let out = Command::new(probe().unwrap())
+        .arg("slim")
+        .args(args)
+        .env_remove("OFFLOAD_LOADER_DEVICES")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// `file` slimmed for `devices` into a fresh directory; the result's path.
+fn slimmed(file: &Path, devices: &[&str], extra: &[&str]) -> PathBuf {
+    let dir = temp_dir();
+    let dir = std::mem::ManuallyDrop::new(dir).to_path_buf();
+    let mut args = vec![file.to_str().unwrap(), "--output", dir.to_str().unwrap()];
+    for d in devices {
+        args.extend(["--device", d]);
+    }
+    args.extend(extra);
+    let (code, text) = slim(&args);
+    assert_eq!(code, 0, "{text}");
+    let out = dir.join(file.file_name().unwrap());
+    assert!(out.is_file(), "nothing written: {text}");
+    out
+}
+
+/// `eu-elflint --gnu-ld` says "No errors" (where it does for the original).
+fn elflint_clean(original: &Path, result: &Path) {
+    let Some(lint) = system_tool("eu-elflint", "elfutils") else { return };
+    let run = |f: &Path| {
+        let out = Command::new(&lint).arg("--gnu-ld").arg(f).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    // The program header entries are numbered anew after a split.
+    let normal = |t: String| -> String {
+        t.lines()
+            .map(|l| match l.find("program header entry ") {
+                Some(at) => format!("{}program header entry N", &l[..at]),
+                None => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let before = normal(run(original));
+    let after = normal(run(result));
+    if before.trim() == "No errors" {
+        assert_eq!(after.trim(), "No errors", "{}", result.display());
+    } else {
+        // Whatever the linker left, nothing new.
+        for line in after.lines() {
+            assert!(before.lines().any(|b| b == line), "new: {line}");
+        }
+    }
+}
+
+/// The dynamic symbols `nm -D` lists as defined.
+fn dynamic_symbols(file: &Path) -> Vec<String> {
+    let out = run_ok(Command::new("nm").args(["-D", "--defined-only"]).arg(file));
+    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(String::from))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `dlopen(file, RTLD_NOW)` in a child process: the error, or `None`.
+fn dlopen(file: &Path) -> Option<String> {
+    let python = system_tool("python3", "python3")?;
+    let out = Command::new(python)
+        .arg("-c")
+        .arg("import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW); print('ok')")
+        .arg(file)
+        .output()
+        .unwrap();
+    (String::from_utf8_lossy(&out.stdout).trim() != "ok")
+        .then(|| String::from_utf8_lossy(&out.stderr).replace(&file.display().to_string(), "FILE"))
+}
+
+/// The result `dlopen`s with `RTLD_NOW` as the original does (a library
+/// built with `-nogpulib` fails both for want of the HIP runtime).
+fn dlopens_as_before(original: &Path, result: &Path) {
+    let before = dlopen(original).map(|e| e.lines().last().unwrap_or_default().to_string());
+    let after = dlopen(result).map(|e| e.lines().last().unwrap_or_default().to_string());
+    assert_eq!(after, before, "{}", result.display());
+}
+
+/// `roc-obj-ls` of `file`: (bundle number, ID) → code object bytes.
+fn roc_objects(file: &Path) -> Option<Vec<(usize, String, Vec<u8>)>> {
+    let entries = roc_obj_ls(file)?.unwrap();
+    Some(
+        entries
+            .into_iter()
+            .map(|e| (e.bundle, e.id, read_range(file, e.offset, e.size)))
+            .collect(),
+    )
+}
+
+#[test]
+fn rocsparse_for_one_and_for_two_targets() {
+    let Some(lib) = rocsparse() else { return };
+    if probe().is_none() {
+        return;
+    }
+    let Some(original) = roc_objects(&lib) else { return };
+    let symbols = dynamic_symbols(&lib);
+    let before = std::fs::metadata(&lib).unwrap().len();
+    for devices in [
+        &["gfx90a:sramecc+:xnack-"][..],
+        &["gfx90a:sramecc+:xnack-", "gfx1030"][..],
+    ] {
+        let out = slimmed(&lib, devices, &[]);
+        let after = std::fs::metadata(&out).unwrap().len();
+        assert!(after * 3 < before, "{devices:?}: {before} -> {after}");
+        // roc-obj-ls lists the host entry and the kept targets of all 111
+        // bundles, each code object byte-identical to the original's.
+        let kept = roc_objects(&out).unwrap();
+        let ids: Vec<&str> = if devices.len() == 1 {
+            vec!["host-x86_64-unknown-linux", "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"]
+        } else {
+            vec![
+                "host-x86_64-unknown-linux",
+                "hipv4-amdgcn-amd-amdhsa--gfx1030",
+                "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-",
+            ]
+        };
+        let want: Vec<&(usize, String, Vec<u8>)> =
+            original.iter().filter(|(_, id, _)| ids.contains(&id.as_str())).collect();
+        assert_eq!(kept.len(), 111 * ids.len());
+        assert_eq!(kept.len(), want.len());
+        for (k, w) in kept.iter().zip(want) {
+            assert_eq!((k.0, &k.1), (w.0, &w.1));
+            assert!(k.2 == w.2, "bundle {} {}: bytes differ", k.0, k.1);
+        }
+        assert_eq!(dynamic_symbols(&out), symbols);
+        elflint_clean(&lib, &out);
+        dlopens_as_before(&lib, &out);
+    }
+}
+
+/// `tests/programs/app.hip` with 32 KiB of device data per processor that
+/// does not compress (an LCG's output, seeded per processor macro), so that
+/// removing code objects frees whole pages, compressed or not.
+fn big_app(archs: &[&str]) -> LinkedProgram {
+    let pad = |seed: u64| {
+        let mut x = seed;
+        let words: Vec<String> = (0..4096)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                format!("{x:#x}ull")
+            })
+            .collect();
+        format!(
+            "__attribute__((device)) unsigned long long pad[4096] = {{{}}};\n",
+            words.join(",")
+        )
+    };
+    let text = std::fs::read_to_string(program("app.hip")).unwrap()
+        + &format!(
+            "#if defined(__gfx90a__)\n{}#elif defined(__gfx1100__)\n{}#elif defined(__gfx906__)\n{}#else\n{}#endif\n",
+            pad(1),
+            pad(2),
+            pad(3),
+            pad(4)
+        );
+    LinkedProgram::hip_text(archs, "app_big.hip", &text)
+}
+
+#[test]
+fn hip_programs_and_libraries_run_as_before_for_the_kept_device() {
+    let Some(e) = loader() else { return };
+    if probe().is_none() {
+        return;
+    }
+    let archs = ["gfx90a:xnack-", "gfx90a:xnack+", "gfx1100", "gfx11-generic"];
+    for compress in [false, true] {
+        let recipe = big_app(&archs);
+        let exe = e.build(if compress { recipe.compress() } else { recipe });
+        let out = slimmed(&exe, &["gfx90a:sramecc+:xnack-"], &[]);
+        assert!(std::fs::metadata(&out).unwrap().len() <= std::fs::metadata(&exe).unwrap().len());
+        elflint_clean(&exe, &out);
+        let run = |p: &Path| {
+            let dir = scratch(&format!("slim-hip-{compress}"));
+            output_text(&mut e.fake_driver(p, "gfx90a:sramecc+:xnack-", &dir.join("log")))
+        };
+        let strip = |t: String| -> Vec<String> {
+            lines(&t, "app device=")
+                .into_iter()
+                // The image index and size change; what was loaded must not.
+                .map(|l| l.split(" selected=").next().unwrap().to_string() + l.split(" target=").nth(1).map(|t| t.split(' ').next().unwrap_or("")).unwrap_or(""))
+                .collect()
+        };
+        let (before, after) = (run(&exe), run(&out));
+        assert_eq!(strip(before.clone()), strip(after.clone()), "{before}\n---\n{after}");
+        assert!(after.contains("kernel=0"), "{after}");
+    }
+}
+
+#[test]
+fn nvcc_programs_keep_the_selected_cubins_and_the_ptx_asked_for() {
+    let Some(cuda) = cuda() else { return };
+    if probe().is_none() || built("liboffload_test_drivers.so").is_none() {
+        return;
+    }
+    let args = [
+        "-gencode",
+        "arch=compute_80,code=sm_80",
+        "-gencode",
+        "arch=compute_90a,code=sm_90a",
+        "-gencode",
+        "arch=compute_90,code=compute_90",
+        "-gencode",
+        "arch=compute_100a,code=sm_100a",
+    ];
+    let Some(exe) = cuda.program_with_loader(&args) else { return };
+    let original = cuda.cuobjdump_extract(&exe, "all");
+    // A 9.0 device selects the sm_90a cubin; the compute_90 PTX could JIT
+    // for it too, and is kept with --keep-ptx; sm_80 and sm_100a go.
+    let cubin_90a: Vec<_> = original.iter().filter(|o| o.2 == "cubin" && o.1 == "sm_90a").collect();
+    let ptx: Vec<_> = original.iter().filter(|o| o.2 == "ptx").collect();
+    assert_eq!((cubin_90a.len(), ptx.len()), (1, 1), "{:?}", original.iter().map(|o| (&o.1, &o.2)).collect::<Vec<_>>());
+    for (extra, want) in [(&[][..], 1usize), (&["--keep-ptx"][..], 2)] {
+        let out = slimmed(&exe, &["sm_90"], extra);
+        let kept = cuda.cuobjdump_extract(&out, "all");
+        assert_eq!(kept.len(), want, "{extra:?}: {:?}", kept.iter().map(|o| (&o.1, &o.2)).collect::<Vec<_>>());
+        for k in &kept {
+            assert!(
+                original.iter().any(|o| o.1 == k.1 && o.2 == k.2 && o.3 == k.3),
+                "{} {} is not the original's",
+                k.1,
+                k.2
+            );
+        }
+        assert!(kept.iter().any(|k| k.2 == "cubin" && k.1 == "sm_90a"));
+        elflint_clean(&exe, &out);
+    }
+    // The slimmed program still runs on an 8.6 device (the sm_80 cubin).
+    let out = slimmed(&exe, &["sm_86"], &[]);
+    let fake = built("liboffload_test_drivers.so").unwrap();
+    let run = Command::new(&out)
+        .env("OFFLOAD_LOADER_CUDA_LIBRARY", &fake)
+        .env("OFFLOAD_LOADER_HSA_LIBRARY", &fake)
+        .env("FAKE_HSA_AGENTS", "")
+        .env("FAKE_CUDA_DEVICES", "8.6")
+        .env("FAKE_CUDA_DRIVER_VERSION", "13050")
+        .env_remove("OFFLOAD_LOADER_DEVICES")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(text.contains("kernel add_one: resolved"), "{text}");
+}
+
+#[test]
+fn nvidia_and_cupy_libraries_shrink_and_list_as_kept() {
+    if probe().is_none() {
+        return;
+    }
+    if let (Some(cuda), Some(lib)) = (cuda(), nvidia_library("libcusparse.so.12")) {
+        let out = slimmed(&lib, &["sm_90"], &[]);
+        let before = std::fs::metadata(&lib).unwrap().len();
+        let after = std::fs::metadata(&out).unwrap().len();
+        assert!(after < before / 2, "{before} -> {after}");
+        let listed = cuda.cuobjdump_list(&out);
+        assert!(!listed.is_empty());
+        assert!(listed.iter().all(|(kind, _, arch)| kind == "ELF" && arch.starts_with("sm_90")), "{listed:?}");
+        assert_eq!(dynamic_symbols(&out), dynamic_symbols(&lib));
+        elflint_clean(&lib, &out);
+    }
+    let Some(dir) = unpacked_wheel("cupy_rocm_7_0-14.2.0-", "cupy-rocm-7-0==14.2.0") else {
+        return;
+    };
+    let mut libs: Vec<PathBuf> = walk_files(&dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "so"))
+        .filter(|p| {
+            offload_loader::MappedFile::open(p)
+                .ok()
+                .and_then(|f| f.offload_sections().ok())
+                .is_some_and(|s| !s.is_empty())
+        })
+        .collect();
+    libs.sort();
+    assert!(!libs.is_empty());
+    for lib in libs.iter().take(1) {
+        let out = slimmed(lib, &["gfx90a"], &[]);
+        assert!(std::fs::metadata(&out).unwrap().len() < std::fs::metadata(lib).unwrap().len());
+        elflint_clean(lib, &out);
+    }
+}
+
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn in_place_dry_run_links_and_exit_statuses() {
+    let Some(e) = loader() else { return };
+    if probe().is_none() {
+        return;
+    }
+    let lib = e.build(big_app(&["gfx90a:xnack-", "gfx1100", "gfx906"]).shared_library("libbig.so"));
+    let dir = temp_dir();
+    let copy = dir.join("libk.so");
+    std::fs::copy(&lib, &copy).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o750)).unwrap();
+    std::fs::hard_link(&copy, dir.join("libk-hard.so")).unwrap();
+    std::os::unix::fs::symlink("libk.so", dir.join("libk-link.so")).unwrap();
+    let bytes = std::fs::read(&copy).unwrap();
+
+    // --dry-run writes nothing, and reports the sizes.
+    let (code, text) = slim(&[dir.to_str().unwrap(), "--device", "gfx1100", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(report["files"].as_array().unwrap().len(), 1, "one file, three names: {text}");
+    assert!(report["total"]["after"].as_u64() < report["total"]["before"].as_u64());
+    assert_eq!(std::fs::read(&copy).unwrap(), bytes);
+
+    // No device: 2, nothing written. A device no image serves: 1.
+    assert_eq!(slim(&[copy.to_str().unwrap(), "--in-place", "--device", "bogus"]).0, 2);
+    assert_eq!(slim(&[copy.to_str().unwrap()]).0, 2);
+    let (code, text) = slim(&[copy.to_str().unwrap(), "--dry-run", "--device", "gfx1030"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("left whole"), "{text}");
+
+    // --in-place: one file, every name sees the result, the mode kept.
+    let (code, text) = slim(&[dir.to_str().unwrap(), "--device", "gfx1100", "--in-place"]);
+    assert_eq!(code, 0, "{text}");
+    let after = std::fs::read(&copy).unwrap();
+    assert!(after.len() < bytes.len());
+    assert_eq!(std::fs::read(dir.join("libk-hard.so")).unwrap(), after);
+    assert_eq!(std::fs::read(dir.join("libk-link.so")).unwrap(), after);
+    assert!(std::fs::symlink_metadata(dir.join("libk-link.so")).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777, 0o750);
+    let leftovers: Vec<_> = std::fs::read_dir(&*dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    dlopens_as_before(&lib, &copy);
+    // Slimming again changes nothing.
+    let (code, text) = slim(&[copy.to_str().unwrap(), "--device", "gfx1100", "--in-place"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(std::fs::read(&copy).unwrap(), after);
+}
+
+#[test]
+fn the_same_input_gives_the_same_bytes_whatever_the_threads() {
+    let Some(e) = loader() else { return };
+    if probe().is_none() {
+        return;
+    }
+    let lib = e.build(big_app(&["gfx90a:xnack-", "gfx1100", "gfx906"]).compress().shared_library("libbig.so"));
+    let run = |threads: &str| {
+        let dir = temp_dir();
+        let out = Command::new(probe().unwrap())
+            .args(["slim", lib.to_str().unwrap(), "--device", "gfx1100", "--output", dir.to_str().unwrap()])
+            .env("RAYON_NUM_THREADS", threads)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        std::fs::read(dir.join(lib.file_name().unwrap())).unwrap()
+    };
+    assert_eq!(run("1"), run("2"));
+}
