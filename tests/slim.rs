@@ -49,7 +49,9 @@ fn slimmed(file: &Path, devices: &[&str], extra: &[&str]) -> PathBuf {
 
 /// `eu-elflint --gnu-ld` says "No errors" (where it does for the original).
 fn elflint_clean(original: &Path, result: &Path) {
-    let Some(lint) = system_tool("eu-elflint", "elfutils") else { return };
+    let Some(lint) = system_tool("eu-elflint", "elfutils") else {
+        return;
+    };
     let run = |f: &Path| {
         let out = Command::new(&lint).arg("--gnu-ld").arg(f).output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
@@ -125,7 +127,9 @@ fn rocsparse_for_one_and_for_two_targets() {
     if probe().is_none() {
         return;
     }
-    let Some(original) = roc_objects(&lib) else { return };
+    let Some(original) = roc_objects(&lib) else {
+        return;
+    };
     let symbols = dynamic_symbols(&lib);
     let before = std::fs::metadata(&lib).unwrap().len();
     for devices in [
@@ -139,7 +143,10 @@ fn rocsparse_for_one_and_for_two_targets() {
         // bundles, each code object byte-identical to the original's.
         let kept = roc_objects(&out).unwrap();
         let ids: Vec<&str> = if devices.len() == 1 {
-            vec!["host-x86_64-unknown-linux", "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"]
+            vec![
+                "host-x86_64-unknown-linux",
+                "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-",
+            ]
         } else {
             vec![
                 "host-x86_64-unknown-linux",
@@ -147,8 +154,10 @@ fn rocsparse_for_one_and_for_two_targets() {
                 "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-",
             ]
         };
-        let want: Vec<&(usize, String, Vec<u8>)> =
-            original.iter().filter(|(_, id, _)| ids.contains(&id.as_str())).collect();
+        let want: Vec<&(usize, String, Vec<u8>)> = original
+            .iter()
+            .filter(|(_, id, _)| ids.contains(&id.as_str()))
+            .collect();
         assert_eq!(kept.len(), 111 * ids.len());
         assert_eq!(kept.len(), want.len());
         for (k, w) in kept.iter().zip(want) {
@@ -165,6 +174,10 @@ fn rocsparse_for_one_and_for_two_targets() {
 /// does not compress (an LCG's output, seeded per processor macro), so that
 /// removing code objects frees whole pages, compressed or not.
 fn big_app(archs: &[&str]) -> LinkedProgram {
+    LinkedProgram::hip_text(archs, "app_big.hip", &big_source())
+}
+
+fn big_source() -> String {
     let pad = |seed: u64| {
         let mut x = seed;
         let words: Vec<String> = (0..4096)
@@ -180,15 +193,109 @@ fn big_app(archs: &[&str]) -> LinkedProgram {
             words.join(",")
         )
     };
-    let text = std::fs::read_to_string(program("app.hip")).unwrap()
+    std::fs::read_to_string(program("app.hip")).unwrap()
         + &format!(
             "#if defined(__gfx90a__)\n{}#elif defined(__gfx1100__)\n{}#elif defined(__gfx906__)\n{}#else\n{}#endif\n",
             pad(1),
             pad(2),
             pad(3),
             pad(4)
+        )
+}
+
+/// A HIP object (`clang -c`) and an archive of it with a host object: slimmed
+/// for one device, both still link (the archive's index follows its
+/// members: `nm --print-armap` names the same symbols) and the program runs
+/// with the kept image.
+#[test]
+fn objects_and_archives_still_link() {
+    let Some(e) = loader() else { return };
+    let Some(ar) = tool("llvm-ar", 22) else {
+        return;
+    };
+    if probe().is_none() {
+        return;
+    }
+    let dir = temp_dir();
+    let src = dir.join("app_big.hip");
+    std::fs::write(&src, big_source()).unwrap();
+    let stub = dir.join("stub.c");
+    std::fs::write(&stub, "int hipLaunchKernel(void) { return 0; }\nint __hipPopCallConfiguration(void) { return 0; }\n").unwrap();
+    let obj = dir.join("app.o");
+    run_ok(
+        Command::new(&e.tc.clang)
+            .args([
+                "-x",
+                "hip",
+                "-c",
+                "--offload-arch=gfx90a",
+                "--offload-arch=gfx1100",
+                "--offload-arch=gfx906",
+            ])
+            .args(["-nogpulib", "-nogpuinc"])
+            .arg(format!(
+                "-I{}",
+                workspace().join("tests/programs").display()
+            ))
+            .arg(format!("-I{}", workspace().join("ffi/include").display()))
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj),
+    );
+    let stub_o = dir.join("stub.o");
+    run_ok(
+        Command::new(&e.tc.clang)
+            .arg("-c")
+            .arg(&stub)
+            .arg("-o")
+            .arg(&stub_o),
+    );
+    let lib = dir.join("libapp.a");
+    run_ok(
+        Command::new(&ar)
+            .arg("rcs")
+            .arg(&lib)
+            .arg(&stub_o)
+            .arg(&obj),
+    );
+    let armap = |f: &Path| {
+        String::from_utf8(run_ok(Command::new("nm").arg("--print-armap").arg(f)).stdout).unwrap()
+    };
+    for input in [&obj, &lib] {
+        let out = slimmed(input, &["gfx1100"], &[]);
+        assert!(
+            std::fs::metadata(&out).unwrap().len() * 2 < std::fs::metadata(input).unwrap().len()
         );
-    LinkedProgram::hip_text(archs, "app_big.hip", &text)
+        let exe = dir.join("app.bin");
+        let mut link = Command::new(&e.tc.clang);
+        if input == &lib {
+            link.arg("-Wl,--whole-archive")
+                .arg(&out)
+                .arg("-Wl,--no-whole-archive");
+            let index = |t: String| -> Vec<String> {
+                t.lines()
+                    .filter(|l| l.contains(" in "))
+                    .map(String::from)
+                    .collect()
+            };
+            assert_eq!(index(armap(&out)), index(armap(input)));
+        } else {
+            link.arg(&out).arg(&stub_o);
+            elflint_clean(input, &out);
+        }
+        run_ok(
+            link.arg(format!("-L{}", e.build_dir.display()))
+                .arg("-loffload_loader")
+                .arg(format!("-Wl,-rpath,{}", e.build_dir.display()))
+                .arg("-o")
+                .arg(&exe),
+        );
+        let text = output_text(Command::new(&exe).env("OFFLOAD_LOADER_DEVICES", "gfx1100"));
+        assert!(
+            text.contains("app device=gfx1100 selected=0 image=1 target=gfx1100"),
+            "{text}"
+        );
+    }
 }
 
 #[test]
@@ -212,11 +319,21 @@ fn hip_programs_and_libraries_run_as_before_for_the_kept_device() {
             lines(&t, "app device=")
                 .into_iter()
                 // The image index and size change; what was loaded must not.
-                .map(|l| l.split(" selected=").next().unwrap().to_string() + l.split(" target=").nth(1).map(|t| t.split(' ').next().unwrap_or("")).unwrap_or(""))
+                .map(|l| {
+                    l.split(" selected=").next().unwrap().to_string()
+                        + l.split(" target=")
+                            .nth(1)
+                            .map(|t| t.split(' ').next().unwrap_or(""))
+                            .unwrap_or("")
+                })
                 .collect()
         };
         let (before, after) = (run(&exe), run(&out));
-        assert_eq!(strip(before.clone()), strip(after.clone()), "{before}\n---\n{after}");
+        assert_eq!(
+            strip(before.clone()),
+            strip(after.clone()),
+            "{before}\n---\n{after}"
+        );
         assert!(after.contains("kernel=0"), "{after}");
     }
 }
@@ -237,20 +354,37 @@ fn nvcc_programs_keep_the_selected_cubins_and_the_ptx_asked_for() {
         "-gencode",
         "arch=compute_100a,code=sm_100a",
     ];
-    let Some(exe) = cuda.program_with_loader(&args) else { return };
+    let Some(exe) = cuda.program_with_loader(&args) else {
+        return;
+    };
     let original = cuda.cuobjdump_extract(&exe, "all");
     // A 9.0 device selects the sm_90a cubin; the compute_90 PTX could JIT
     // for it too, and is kept with --keep-ptx; sm_80 and sm_100a go.
-    let cubin_90a: Vec<_> = original.iter().filter(|o| o.2 == "cubin" && o.1 == "sm_90a").collect();
+    let cubin_90a: Vec<_> = original
+        .iter()
+        .filter(|o| o.2 == "cubin" && o.1 == "sm_90a")
+        .collect();
     let ptx: Vec<_> = original.iter().filter(|o| o.2 == "ptx").collect();
-    assert_eq!((cubin_90a.len(), ptx.len()), (1, 1), "{:?}", original.iter().map(|o| (&o.1, &o.2)).collect::<Vec<_>>());
+    assert_eq!(
+        (cubin_90a.len(), ptx.len()),
+        (1, 1),
+        "{:?}",
+        original.iter().map(|o| (&o.1, &o.2)).collect::<Vec<_>>()
+    );
     for (extra, want) in [(&[][..], 1usize), (&["--keep-ptx"][..], 2)] {
         let out = slimmed(&exe, &["sm_90"], extra);
         let kept = cuda.cuobjdump_extract(&out, "all");
-        assert_eq!(kept.len(), want, "{extra:?}: {:?}", kept.iter().map(|o| (&o.1, &o.2)).collect::<Vec<_>>());
+        assert_eq!(
+            kept.len(),
+            want,
+            "{extra:?}: {:?}",
+            kept.iter().map(|o| (&o.1, &o.2)).collect::<Vec<_>>()
+        );
         for k in &kept {
             assert!(
-                original.iter().any(|o| o.1 == k.1 && o.2 == k.2 && o.3 == k.3),
+                original
+                    .iter()
+                    .any(|o| o.1 == k.1 && o.2 == k.2 && o.3 == k.3),
                 "{} {} is not the original's",
                 k.1,
                 k.2
@@ -287,7 +421,12 @@ fn nvidia_and_cupy_libraries_shrink_and_list_as_kept() {
         assert!(after < before / 2, "{before} -> {after}");
         let listed = cuda.cuobjdump_list(&out);
         assert!(!listed.is_empty());
-        assert!(listed.iter().all(|(kind, _, arch)| kind == "ELF" && arch.starts_with("sm_90")), "{listed:?}");
+        assert!(
+            listed
+                .iter()
+                .all(|(kind, _, arch)| kind == "ELF" && arch.starts_with("sm_90")),
+            "{listed:?}"
+        );
         assert_eq!(dynamic_symbols(&out), dynamic_symbols(&lib));
         elflint_clean(&lib, &out);
     }
@@ -343,15 +482,28 @@ fn in_place_dry_run_links_and_exit_statuses() {
     let bytes = std::fs::read(&copy).unwrap();
 
     // --dry-run writes nothing, and reports the sizes.
-    let (code, text) = slim(&[dir.to_str().unwrap(), "--device", "gfx1100", "--dry-run", "--json"]);
+    let (code, text) = slim(&[
+        dir.to_str().unwrap(),
+        "--device",
+        "gfx1100",
+        "--dry-run",
+        "--json",
+    ]);
     assert_eq!(code, 0, "{text}");
     let report: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(report["files"].as_array().unwrap().len(), 1, "one file, three names: {text}");
+    assert_eq!(
+        report["files"].as_array().unwrap().len(),
+        1,
+        "one file, three names: {text}"
+    );
     assert!(report["total"]["after"].as_u64() < report["total"]["before"].as_u64());
     assert_eq!(std::fs::read(&copy).unwrap(), bytes);
 
     // No device: 2, nothing written. A device no image serves: 1.
-    assert_eq!(slim(&[copy.to_str().unwrap(), "--in-place", "--device", "bogus"]).0, 2);
+    assert_eq!(
+        slim(&[copy.to_str().unwrap(), "--in-place", "--device", "bogus"]).0,
+        2
+    );
     assert_eq!(slim(&[copy.to_str().unwrap()]).0, 2);
     let (code, text) = slim(&[copy.to_str().unwrap(), "--dry-run", "--device", "gfx1030"]);
     assert_eq!(code, 1, "{text}");
@@ -364,8 +516,14 @@ fn in_place_dry_run_links_and_exit_statuses() {
     assert!(after.len() < bytes.len());
     assert_eq!(std::fs::read(dir.join("libk-hard.so")).unwrap(), after);
     assert_eq!(std::fs::read(dir.join("libk-link.so")).unwrap(), after);
-    assert!(std::fs::symlink_metadata(dir.join("libk-link.so")).unwrap().file_type().is_symlink());
-    assert_eq!(std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777, 0o750);
+    assert!(std::fs::symlink_metadata(dir.join("libk-link.so"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(
+        std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777,
+        0o750
+    );
     let leftovers: Vec<_> = std::fs::read_dir(&*dir)
         .unwrap()
         .flatten()
@@ -385,11 +543,22 @@ fn the_same_input_gives_the_same_bytes_whatever_the_threads() {
     if probe().is_none() {
         return;
     }
-    let lib = e.build(big_app(&["gfx90a:xnack-", "gfx1100", "gfx906"]).compress().shared_library("libbig.so"));
+    let lib = e.build(
+        big_app(&["gfx90a:xnack-", "gfx1100", "gfx906"])
+            .compress()
+            .shared_library("libbig.so"),
+    );
     let run = |threads: &str| {
         let dir = temp_dir();
         let out = Command::new(probe().unwrap())
-            .args(["slim", lib.to_str().unwrap(), "--device", "gfx1100", "--output", dir.to_str().unwrap()])
+            .args([
+                "slim",
+                lib.to_str().unwrap(),
+                "--device",
+                "gfx1100",
+                "--output",
+                dir.to_str().unwrap(),
+            ])
             .env("RAYON_NUM_THREADS", threads)
             .output()
             .unwrap();

@@ -13,6 +13,7 @@
 //! `file` ([`slim_file`]: the images each device selects, the result
 //! written, read back and verified, renamed into place).
 
+mod archive;
 mod container;
 mod elf;
 mod file;
@@ -68,8 +69,8 @@ pub struct Slimmed<'a> {
 ///
 /// A raw container file is rewritten whole; an ELF file has its offload
 /// section compacted (one per run: the one that frees most, the others are
-/// reported in [`Slimmed::sections_left`]). Archives are not rewritten yet:
-/// they are reported.
+/// reported in [`Slimmed::sections_left`]); an archive has each member
+/// compacted so, and its symbol index moved with the members.
 pub fn slim<'a>(
     data: &'a [u8],
     sections: &[SectionContainers<'a>],
@@ -140,6 +141,37 @@ pub fn slim<'a>(
         }
     }
     candidates.sort_by_key(|c| std::cmp::Reverse(c.2));
+    let mut compacted = Vec::new();
+    let output = if archive::is_archive(data) {
+        archive_output(data, sections, candidates, &mut left, &mut compacted)
+    } else {
+        file_output(data, sections, candidates, &mut left, &mut compacted)
+    };
+    // Containers of a section that was not rewritten are as they were.
+    for r in &mut reports {
+        let rewritten = matches!(r.outcome, Outcome::Rewritten | Outcome::Removed);
+        if rewritten && (output.is_none() || !compacted.contains(&r.section)) {
+            r.outcome = Outcome::Whole("its section was not rewritten".into());
+            r.after = r.before;
+            r.kept.append(&mut r.removed);
+            r.kept.sort_unstable();
+        }
+    }
+    Slimmed {
+        output,
+        containers: reports,
+        sections_left: left,
+    }
+}
+
+/// A file that is not an archive: its one section that frees most compacted.
+fn file_output<'a>(
+    data: &'a [u8],
+    sections: &[SectionContainers<'a>],
+    candidates: Vec<(usize, Vec<elf::Placed<'a>>, u64)>,
+    left: &mut Vec<(String, String)>,
+    compacted: &mut Vec<String>,
+) -> Option<Output<'a>> {
     let mut output = None;
     for (si, placed, _) in candidates {
         let s = &sections[si].section;
@@ -150,41 +182,92 @@ pub fn slim<'a>(
             ));
             continue;
         }
-        let result =
-            if s.file_offset == 0 && s.size == data.len() as u64 && !data.starts_with(b"\x7fELF") {
-                Ok(Some(raw(placed)))
-            } else if s.member.is_some() {
-                Err(Unsafe("archive members are not rewritten yet".into()))
-            } else {
-                match section_index(data, s.file_offset, s.size) {
-                    Some(index) => elf::compact(data, index, placed, section_align(data, index)),
-                    None => Err(Unsafe(
-                        "the section is not in the file's section table".into(),
-                    )),
-                }
-            };
-        match result {
-            Ok(Some(out)) => output = Some(out),
+        match compact(data, s.file_offset, s.size, placed) {
+            Ok(Some(out)) => {
+                output = Some(out);
+                compacted.push(s.name.clone());
+            }
             Ok(None) => left.push((s.name.clone(), "it frees less than a page".into())),
             Err(e) => left.push((s.name.clone(), e.to_string())),
         }
     }
-    // Containers of a section that was not rewritten are as they were.
-    if output.is_none() {
-        for r in &mut reports {
-            if r.outcome == Outcome::Rewritten || r.outcome == Outcome::Removed {
-                r.outcome = Outcome::Whole("its section was not rewritten".into());
-                r.after = r.before;
-                r.kept.append(&mut r.removed);
-                r.kept.sort_unstable();
+    output
+}
+
+/// An archive: in each member, its one section that frees most compacted;
+/// the archive written again around the members.
+fn archive_output<'a>(
+    data: &'a [u8],
+    sections: &[SectionContainers<'a>],
+    candidates: Vec<(usize, Vec<elf::Placed<'a>>, u64)>,
+    left: &mut Vec<(String, String)>,
+    compacted: &mut Vec<String>,
+) -> Option<Output<'a>> {
+    let members = match archive::members(data) {
+        Ok(m) => m,
+        Err(e) => {
+            for (si, _, _) in candidates {
+                left.push((sections[si].section.name.clone(), e.to_string()));
             }
+            return None;
+        }
+    };
+    let mut new = std::collections::BTreeMap::new();
+    for (si, placed, _) in candidates {
+        let s = &sections[si].section;
+        let name = format!("{}({})", s.member.as_deref().unwrap_or("?"), s.name);
+        let Some((mi, m)) = members
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.data <= s.file_offset && s.file_offset + s.size <= m.data + m.size)
+        else {
+            left.push((name, "it lies in no member".into()));
+            continue;
+        };
+        if new.contains_key(&mi) {
+            left.push((
+                name,
+                "one offload section is compacted per member and run: run again".into(),
+            ));
+            continue;
+        }
+        let bytes = &data[m.data as usize..(m.data + m.size) as usize];
+        match compact(bytes, s.file_offset - m.data, s.size, placed) {
+            Ok(Some(out)) => {
+                new.insert(mi, out);
+                compacted.push(name);
+            }
+            Ok(None) => left.push((name, "it frees less than a page".into())),
+            Err(e) => left.push((name, e.to_string())),
         }
     }
-    Slimmed {
-        output,
-        containers: reports,
-        sections_left: left,
+    if new.is_empty() {
+        return None;
     }
+    match archive::rewrite(data, &members, new) {
+        Ok(out) => Some(out),
+        Err(e) => {
+            left.push(("archive".into(), e.to_string()));
+            None
+        }
+    }
+}
+
+/// `data` (a whole file or an archive member) with its section at `offset`
+/// of `size` bytes replaced by `placed`: a raw container file packed, an ELF
+/// file compacted around the section.
+fn compact<'a>(
+    data: &'a [u8],
+    offset: u64,
+    size: u64,
+    placed: Vec<elf::Placed<'a>>,
+) -> Result<Option<Output<'a>>, Unsafe> {
+    if offset == 0 && size == data.len() as u64 && !data.starts_with(b"\x7fELF") {
+        return Ok(Some(raw(placed)));
+    }
+    let index = section_index(data, offset, size)
+        .ok_or_else(|| Unsafe("the section is not in the file's section table".into()))?;
+    elf::compact(data, index, placed, section_align(data, index))
 }
 
 /// A raw container file: its containers packed, each at 8 bytes (the
