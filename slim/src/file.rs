@@ -9,7 +9,6 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use md5::{Digest, Md5};
 use offload_loader::image::CodeKind;
 use offload_loader::target::Vendor;
 use offload_loader::{
@@ -256,27 +255,56 @@ fn summarise(
     }
 }
 
-/// The bytes of every image each device selects in `sections`, in order, as
-/// MD5 digests (what must not change).
-fn selected(
-    sections: &[SectionContainers<'_>],
-    devices: &[DeviceTarget],
-) -> Result<Vec<Vec<[u8; 16]>>, String> {
+/// Every image `device` selects in `sections`, in order: (container, index).
+fn selected<'c, 'a>(
+    sections: &'c [SectionContainers<'a>],
+    device: &DeviceTarget,
+) -> Vec<(&'c offload_loader::Container<'a>, usize)> {
     let mut out = Vec::new();
-    for device in devices {
-        let mut digests = Vec::new();
-        for s in sections {
-            for scope in s.scopes() {
-                if let Some(i) = select(device, &scope, &Policy::default()).chosen {
-                    let (c, j) = scope.locate(i).ok_or("a selected image has no container")?;
-                    let bytes = c.take_image(j).map_err(|e| e.to_string())?;
-                    digests.push(Md5::digest(&bytes).into());
+    for s in sections {
+        for scope in s.scopes() {
+            if let Some(i) = select(device, &scope, &Policy::default()).chosen {
+                if let Some(found) = scope.locate(i) {
+                    out.push(found);
                 }
             }
         }
-        out.push(digests);
     }
-    Ok(out)
+    out
+}
+
+/// Whether every device selects, from `after`, byte-identical images to
+/// those it selects from `before`, in the same order. The bytes are
+/// compared directly (a stored image is borrowed from the mapping; a
+/// compressed one is inflated, one at a time).
+fn same_selections(
+    before: &[SectionContainers<'_>],
+    after: &[SectionContainers<'_>],
+    devices: &[DeviceTarget],
+) -> Result<(), String> {
+    for device in devices {
+        let (b, a) = (selected(before, device), selected(after, device));
+        if b.len() != a.len() {
+            return Err(format!(
+                "{device} selects {} images from the result, {} from the original",
+                a.len(),
+                b.len()
+            ));
+        }
+        for ((bc, bi), (ac, ai)) in b.into_iter().zip(a) {
+            let old = bc.take_image(bi).map_err(|e| e.to_string())?;
+            let new = ac
+                .take_image(ai)
+                .map_err(|e| format!("reading the result back: {e}"))?;
+            if old != new {
+                return Err(format!(
+                    "{device} would load different bytes for {} from the result",
+                    bc.images()[bi].id
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes `output` to a temporary file beside `target`, reads it back
@@ -324,15 +352,8 @@ fn write_verified(
         let new_sections = written
             .containers(&options.limits)
             .map_err(|e| format!("reading the result back: {e}"))?;
-        let before = selected(sections, &options.devices)?;
-        let after = selected(&new_sections, &options.devices)
-            .map_err(|e| format!("reading the result back: {e}"))?;
-        if before != after {
-            return Err(
-                "verification failed: a device would select different images from the result"
-                    .into(),
-            );
-        }
+        same_selections(sections, &new_sections, &options.devices)
+            .map_err(|e| format!("verification failed: {e}; nothing written"))?;
         fs::rename(&temp, target).map_err(|e| format!("{}: {e}", target.display()))?;
         if let Destination::InPlace { also } = destination {
             for other in also {

@@ -22,6 +22,7 @@ mod pieces;
 use offload_loader::discover::SectionRole;
 use offload_loader::target::OffloadKind;
 use offload_loader::{Container, Format, Limits, SectionContainers};
+use rayon::prelude::*;
 
 pub use container::Outcome;
 pub use elf::Unsafe;
@@ -102,11 +103,22 @@ pub fn slim<'a>(
         });
         let mut placed = Vec::new();
         let mut freed = 0u64;
-        for (c, mask) in s.containers.iter().flatten().zip(masks) {
-            let start = c.offset() as usize;
-            let bytes = &data[start..start + c.len() as usize];
-            let mask = mask.unwrap_or_else(|| vec![true; c.images().len()]);
-            let rewrite = container::rewrite(c, bytes, &mask, limits, any_binary_kept);
+        let containers: Vec<&Container<'a>> = s.containers.iter().flatten().collect();
+        // Rewritten in parallel (a compressed bundle costs its inflation and
+        // compression), collected in order: the same bytes whatever the
+        // thread count.
+        let rewrites: Vec<(Vec<bool>, container::Rewrite<'a>)> = containers
+            .par_iter()
+            .zip(masks)
+            .map(|(c, mask)| {
+                let start = c.offset() as usize;
+                let bytes = &data[start..start + c.len() as usize];
+                let mask = mask.unwrap_or_else(|| vec![true; c.images().len()]);
+                let rewrite = container::rewrite(c, bytes, &mask, limits, any_binary_kept);
+                (mask, rewrite)
+            })
+            .collect();
+        for (c, (mask, rewrite)) in containers.into_iter().zip(rewrites) {
             // A bundle's host entry is always kept.
             let (kept, removed): (Vec<usize>, Vec<usize>) = (0..c.images().len()).partition(|&i| {
                 mask.get(i).copied().unwrap_or(true)
