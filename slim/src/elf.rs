@@ -235,9 +235,6 @@ pub fn compact<'a>(
             cut,
             shift,
         )?;
-        if shoff >= cut {
-            patches.u64(0x28, shoff - shift);
-        }
         // Relocations and symbols of an object: section-relative.
         let base = if kind == elf::ET_REL { 0 } else { addr };
         patch_symbols(
@@ -419,9 +416,6 @@ pub fn compact<'a>(
         cut,
         shift,
     )?;
-    if shoff >= cut {
-        patches.u64(0x28, shoff - shift);
-    }
 
     // What points into the section: relocations, RELR words, wrappers, symbols.
     let file_offset = |vaddr: u64| -> Option<u64> {
@@ -545,8 +539,8 @@ pub fn compact<'a>(
 }
 
 /// Section headers: the section's new size; the offsets of those after the
-/// cut moved back. A section other than this one inside the freed bytes is
-/// unsafe.
+/// cut moved back, and the table's own offset (`e_shoff`) when it follows the
+/// cut. A section other than this one inside the freed bytes is unsafe.
 #[allow(clippy::too_many_arguments)]
 fn patch_sections(
     patches: &mut Patches,
