@@ -354,6 +354,12 @@ pub fn compact<'a>(
         }
     };
 
+    if phoff < cut && phoff + phnum * PHDR_SIZE > offset {
+        return Err(unsafe_(
+            "the program header table lies in the bytes that change",
+        ));
+    }
+
     // Program headers.
     let mut table = Vec::with_capacity(((phnum + 1) * PHDR_SIZE) as usize);
     for (i, p) in phdrs.iter().enumerate() {
@@ -553,7 +559,18 @@ fn patch_sections(
     cut: u64,
     shift: u64,
 ) -> Result<(), Unsafe> {
-    let (start, end) = (shdrs[index].sh_offset(endian) + new_size, cut);
+    // The table itself must not lie in the bytes that change.
+    let section_start = shdrs[index].sh_offset(endian);
+    let table_end = shoff + shdrs.len() as u64 * shentsize;
+    if shoff < cut && table_end > section_start {
+        return Err(unsafe_(
+            "the section header table lies in the bytes that change",
+        ));
+    }
+    if shoff >= cut {
+        patches.u64(0x28, shoff - shift);
+    }
+    let (start, end) = (section_start + new_size, cut);
     for (i, s) in shdrs.iter().enumerate() {
         let at = shoff + i as u64 * shentsize;
         let off = s.sh_offset(endian);

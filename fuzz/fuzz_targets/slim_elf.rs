@@ -1,0 +1,32 @@
+//! The ELF compaction of `offload-slim`: any file, its offload containers
+//! rewritten keeping the images a mask picks, the file compacted around them.
+//!
+//! The input's first byte is the keep-mask (bit i keeps image i of each
+//! container, cycling); the rest is a file (seeds: small shared objects,
+//! executables, objects and archives from clang-22 and nvcc 13). Invariants:
+//! never a panic, a loop or an allocation beyond the input; a result is never
+//! larger than the input plus one program header and a moved table; and a
+//! result reads back: the same offload sections, each container parses.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use offload_loader::discover::file::containers;
+use offload_loader::Limits;
+
+fuzz_target!(|input: &[u8]| {
+    let Some((&mask, data)) = input.split_first() else { return };
+    let limits = Limits { max_uncompressed: 1 << 20, ..Limits::default() };
+    let Ok(sections) = containers(data, &limits) else { return };
+    let keep = |_: &_, c: &offload_loader::Container<'_>| {
+        Some((0..c.images().len()).map(|i| mask & (1 << (i % 8)) != 0).collect())
+    };
+    let slimmed = offload_slim::slim(data, &sections, &keep, &limits);
+    let Some(output) = slimmed.output else { return };
+    let bytes = output.to_vec();
+    assert_eq!(bytes.len() as u64, output.len());
+    assert!(bytes.len() <= data.len() + 64 * 1024, "the result grew");
+    let again = containers(&bytes, &limits).expect("the result reads back");
+    assert_eq!(
+        again.iter().map(|s| &s.section.name).collect::<Vec<_>>(),
+        sections.iter().map(|s| &s.section.name).collect::<Vec<_>>()
+    );
+});
