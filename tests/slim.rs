@@ -567,3 +567,65 @@ fn the_same_input_gives_the_same_bytes_whatever_the_threads() {
     };
     assert_eq!(run("1"), run("2"));
 }
+
+/// An OpenMP program of clang-22's new driver: the image of the removed
+/// processor goes with its entry of the device-image table (the count drops,
+/// the later entries move down with their relocations); `llvm-objdump
+/// --offloading` lists only the kept image, and the program registers and
+/// resolves its variable on the kept device as before.
+#[test]
+fn openmp_programs_lose_the_device_images_no_device_loads() {
+    let Some(e) = loader() else { return };
+    if probe().is_none() {
+        return;
+    }
+    let exe = e.build(LinkedProgram::openmp(
+        &["gfx90a:xnack-", "gfx1100"],
+        "examples/openmp_query.c",
+    ));
+    let out = slimmed(&exe, &["gfx1100"], &[]);
+    assert!(std::fs::metadata(&out).unwrap().len() < std::fs::metadata(&exe).unwrap().len());
+    // The program finds the library stand-in for libomptarget beside it.
+    let shim = out.parent().unwrap().join("shim");
+    std::fs::create_dir_all(&shim).unwrap();
+    for f in std::fs::read_dir(exe.parent().unwrap().join("shim"))
+        .unwrap()
+        .flatten()
+    {
+        std::os::unix::fs::symlink(
+            std::fs::read_link(f.path()).unwrap_or(f.path()),
+            shim.join(f.file_name()),
+        )
+        .unwrap();
+    }
+    let listed = e.tc.objdump_offloading(&out).unwrap();
+    let archs: Vec<&str> = listed.images.iter().map(|i| i.arch.as_str()).collect();
+    assert_eq!(archs, ["gfx1100"]);
+    elflint_clean(&exe, &out);
+    let run = |p: &Path| {
+        let dir = scratch("slim-omp");
+        output_text(
+            e.fake_driver(p, "gfx1100", &dir.join("log"))
+                .env("OFFLOAD_LOADER_CUDA_LIBRARY", "/nonexistent"),
+        )
+    };
+    let (before, after) = (run(&exe), run(&out));
+    assert!(
+        before.contains("omp device=gfx1100 selected=0 image=1 target=gfx1100"),
+        "{before}"
+    );
+    assert!(
+        after.contains("omp device=gfx1100 selected=0 image=0 target=gfx1100"),
+        "{after}"
+    );
+    for text in [&before, &after] {
+        assert!(
+            text.contains("x=6 devices=1 libraries=1 symbols=2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("omp device=gfx1100 variable=0 size=4"),
+            "{text}"
+        );
+    }
+}

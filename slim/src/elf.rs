@@ -165,8 +165,10 @@ pub fn compact<'a>(
     let align = align.clamp(1, PAGE);
     let mut body = Output::default();
     let mut moves = Vec::new();
+    let mut removed: Vec<(u64, u64)> = Vec::new();
     for c in containers {
         if c.output.is_empty() {
+            removed.push((c.old, c.old_len));
             continue;
         }
         let at = body.len().next_multiple_of(align);
@@ -182,6 +184,12 @@ pub fn compact<'a>(
         moves,
         old_size: size,
         new_size,
+    };
+    // Whether section offset `at` lies in a container that goes.
+    let gone = |at: u64| {
+        removed
+            .iter()
+            .any(|&(old, len)| at >= old && at <= old + len)
     };
     // An address (or section offset, for objects) into the section, moved.
     let remap = |value: u64, base: u64| -> Result<Option<u64>, Unsafe> {
@@ -247,6 +255,7 @@ pub fn compact<'a>(
             &remap,
             size,
             new_size,
+            &gone,
         )?;
         if kind == elf::ET_REL {
             patch_object_relocations(&mut patches, data, shdrs, endian, index, &remap)?;
@@ -438,6 +447,22 @@ pub fn compact<'a>(
     };
     let relative = relative_type(machine);
     let mut referenced = 0usize;
+    // OpenMP's device-image table, when an image of it goes.
+    let in_removed = |value: u64| value >= addr && gone(value - addr);
+    let omp = omp_table(
+        data,
+        shdrs,
+        endian,
+        relative,
+        addr,
+        size,
+        &file_offset,
+        &in_removed,
+    )?;
+    if let Some(t) = &omp {
+        t.patch(&mut patches, data, &remap, addr)?;
+        referenced += 1;
+    }
     for s in shdrs.iter() {
         match s.sh_type(endian) {
             elf::SHT_RELA => {
@@ -448,6 +473,18 @@ pub fn compact<'a>(
                     let at = s.sh_offset(endian) + i as u64 * 24;
                     let (ty, sym) = (r.r_type(endian, false), r.r_sym(endian, false));
                     let addend = r.r_addend(endian) as u64;
+                    if let Some(t) = omp.as_ref().filter(|t| t.holds(r.r_offset(endian))) {
+                        // A slot of the table: it moves with its entry.
+                        t.move_relocation(
+                            &mut patches,
+                            at,
+                            r.r_offset(endian),
+                            addend,
+                            &remap,
+                            addr,
+                        )?;
+                        continue;
+                    }
                     if Some(ty) == relative && sym == 0 {
                         if let Some(new) = remap(addend, addr)? {
                             patches.u64(at + 16, new);
@@ -481,6 +518,11 @@ pub fn compact<'a>(
                         next += 63 * 8;
                     }
                     for place in places {
+                        if omp.as_ref().is_some_and(|t| t.holds(place)) {
+                            return Err(unsafe_(
+                                "OpenMP's device-image table is relocated by RELR, which is not rewritten",
+                            ));
+                        }
                         let Some(f) = file_offset(place) else {
                             continue;
                         };
@@ -530,6 +572,7 @@ pub fn compact<'a>(
         &remap,
         size,
         new_size,
+        &gone,
     )?;
 
     // The file: up to the section, its new bytes, the moved table, the rest.
@@ -542,6 +585,170 @@ pub fn compact<'a>(
     out.pad_to(cut - shift);
     patches.copy(data, cut, data.len() as u64, &mut out);
     Ok(Some(out))
+}
+
+/// OpenMP's device-image table (clang-linker-wrapper's
+/// `.omp_offloading.device_images`): `__tgt_device_image` entries of 32
+/// bytes (ImageStart, ImageEnd, EntriesBegin, EntriesEnd) whose image
+/// pointers point into the section, and the `__tgt_bin_desc` that counts
+/// them (u32 NumDeviceImages at 0, the array's address at 8), found from
+/// their `R_*_RELATIVE` relocations. When an image goes, its entry goes:
+/// the later entries move down, the count drops, and the relocations of a
+/// removed entry are pointed at the table's unused tail (glibc applies the
+/// first `DT_RELACOUNT` relocations as relative whatever their type, so
+/// they cannot simply become `R_*_NONE`).
+struct OmpTable {
+    /// The array's address, its entries, and the file offset of the count.
+    array: u64,
+    entries: u64,
+    count_at: u64,
+    array_at: u64,
+    /// Each entry's new slot.
+    slots: Vec<u64>,
+    kept: u64,
+    /// Which entries go.
+    gone: Vec<bool>,
+}
+
+const IMAGE_ENTRY: u64 = 32;
+
+#[allow(clippy::too_many_arguments)]
+fn omp_table(
+    data: &[u8],
+    shdrs: &[elf::SectionHeader64<LE>],
+    endian: LE,
+    relative: Option<u32>,
+    addr: u64,
+    size: u64,
+    file_offset: &dyn Fn(u64) -> Option<u64>,
+    in_removed: &dyn Fn(u64) -> bool,
+) -> Result<Option<OmpTable>, Unsafe> {
+    let Some(relative) = relative else {
+        return Ok(None);
+    };
+    // Every relative relocation: where, and what it points to.
+    let mut words: BTreeMap<u64, u64> = BTreeMap::new();
+    for s in shdrs.iter().filter(|s| s.sh_type(endian) == elf::SHT_RELA) {
+        let Ok(relas) = s.data_as_array::<elf::Rela64<LE>, _>(endian, data) else {
+            continue;
+        };
+        for r in relas {
+            if r.r_type(endian, false) == relative && r.r_sym(endian, false) == 0 {
+                words.insert(r.r_offset(endian), r.r_addend(endian) as u64);
+            }
+        }
+    }
+    let into = |v: u64| v >= addr && v <= addr + size;
+    // Slots: ImageStart and ImageEnd both into the section.
+    let slots: Vec<u64> = words
+        .iter()
+        .filter(|(&at, &v)| into(v) && words.get(&(at + 8)).is_some_and(|&e| into(e) && e > v))
+        .map(|(&at, _)| at)
+        .collect();
+    if slots.is_empty() || !slots.iter().any(|at| in_removed(words[at])) {
+        return Ok(None);
+    }
+    let array = slots[0];
+    let entries = slots.len() as u64;
+    if slots
+        .iter()
+        .enumerate()
+        .any(|(i, &at)| at != array + i as u64 * IMAGE_ENTRY)
+    {
+        return Err(unsafe_("the OpenMP device images are not one table"));
+    }
+    // The descriptor: a pointer to the array, after the count.
+    let desc = words
+        .iter()
+        .filter(|(_, &v)| v == array)
+        .map(|(&at, _)| at - 8)
+        .find(|&d| {
+            file_offset(d)
+                .and_then(|f| data.get(f as usize..f as usize + 4))
+                .is_some_and(|b| u64::from(u32::from_le_bytes(b.try_into().unwrap())) == entries)
+        })
+        .ok_or_else(|| unsafe_("no __tgt_bin_desc counts the OpenMP device images"))?;
+    let gone: Vec<bool> = slots.iter().map(|at| in_removed(words[at])).collect();
+    let kept = gone.iter().filter(|g| !**g).count() as u64;
+    let mut next_kept = 0;
+    let mut next_gone = kept;
+    let new_slots = gone
+        .iter()
+        .map(|&g| {
+            let slot = if g { &mut next_gone } else { &mut next_kept };
+            *slot += 1;
+            *slot - 1
+        })
+        .collect();
+    Ok(Some(OmpTable {
+        array,
+        entries,
+        count_at: file_offset(desc).ok_or_else(|| unsafe_("the descriptor is not in the file"))?,
+        array_at: file_offset(array)
+            .ok_or_else(|| unsafe_("the device images are not in the file"))?,
+        slots: new_slots,
+        kept,
+        gone,
+    }))
+}
+
+impl OmpTable {
+    fn holds(&self, vaddr: u64) -> bool {
+        vaddr >= self.array && vaddr < self.array + self.entries * IMAGE_ENTRY
+    }
+
+    /// The table's bytes with the entries moved (image pointers written in
+    /// place remapped), and the count.
+    fn patch(
+        &self,
+        patches: &mut Patches,
+        data: &[u8],
+        remap: &dyn Fn(u64, u64) -> Result<Option<u64>, Unsafe>,
+        addr: u64,
+    ) -> Result<(), Unsafe> {
+        let len = (self.entries * IMAGE_ENTRY) as usize;
+        let old = data
+            .get(self.array_at as usize..self.array_at as usize + len)
+            .ok_or_else(|| unsafe_("the device images lie past the end"))?;
+        let mut new = vec![0u8; len];
+        for (i, &slot) in self.slots.iter().enumerate() {
+            let mut entry = old[i * 32..i * 32 + 32].to_vec();
+            if !self.gone[i] {
+                for field in [0, 8] {
+                    let w = u64::from_le_bytes(entry[field..field + 8].try_into().unwrap());
+                    if let Some(v) = remap(w, addr)? {
+                        entry[field..field + 8].copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+            new[slot as usize * 32..slot as usize * 32 + 32].copy_from_slice(&entry);
+        }
+        patches.put(self.array_at, &new);
+        patches.put(self.count_at, &(self.kept as u32).to_le_bytes());
+        Ok(())
+    }
+
+    /// A relocation of a slot (at `at` in the file, of address `place`):
+    /// moved with its entry, its image pointer remapped unless it goes.
+    fn move_relocation(
+        &self,
+        patches: &mut Patches,
+        at: u64,
+        place: u64,
+        addend: u64,
+        remap: &dyn Fn(u64, u64) -> Result<Option<u64>, Unsafe>,
+        addr: u64,
+    ) -> Result<(), Unsafe> {
+        let i = ((place - self.array) / IMAGE_ENTRY) as usize;
+        let field = (place - self.array) % IMAGE_ENTRY;
+        patches.u64(at, self.array + self.slots[i] * IMAGE_ENTRY + field);
+        if !self.gone[i] && field < 16 {
+            if let Some(v) = remap(addend, addr)? {
+                patches.u64(at + 16, v);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Section headers: the section's new size; the offsets of those after the
@@ -606,6 +813,7 @@ fn patch_symbols(
     remap: &dyn Fn(u64, u64) -> Result<Option<u64>, Unsafe>,
     size: u64,
     new_size: u64,
+    gone: &dyn Fn(u64) -> bool,
 ) -> Result<(), Unsafe> {
     for s in shdrs {
         if !matches!(s.sh_type(endian), elf::SHT_SYMTAB | elf::SHT_DYNSYM) {
@@ -620,8 +828,18 @@ fn patch_symbols(
             }
             let at = s.sh_offset(endian) + i as u64 * 24;
             let value = sym.st_value(endian);
-            let Some(new) = remap(value, base)? else {
-                continue;
+            let new = match remap(value, base) {
+                Ok(Some(new)) => new,
+                Ok(None) => continue,
+                // A static symbol of an image that goes (clang-linker-wrapper
+                // names each one): it names the section's end, empty. A
+                // dynamic one could be used from outside: unsafe.
+                Err(_) if s.sh_type(endian) == elf::SHT_SYMTAB && gone(value - base) => {
+                    patches.u64(at + 8, base + new_size);
+                    patches.u64(at + 16, 0);
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
             patches.u64(at + 8, new);
             let sz = sym.st_size(endian);
