@@ -250,3 +250,75 @@ fn cusparse_fat_binaries_write_back_the_same_bytes() {
     }
     assert!(fatbins > 0);
 }
+
+/// Offload binaries that `llvm-offload-binary` (LLVM 22) wrote, for images
+/// of several kinds with several strings each (its string table laid out by
+/// LLVM's StringTableBuilder), and those in a clang-22 OpenMP program:
+/// written again with nothing removed, the same bytes.
+#[test]
+fn offload_binaries_write_back_as_llvm_wrote_them() {
+    use offload_loader::offload_binary::{self, OffloadBinary};
+    let Some(tc) = toolchain() else { return };
+    let co = tc.build(CodeObject::new("gfx90a:xnack+"));
+    let co2 = tc.build(CodeObject::new("gfx1100"));
+    let package = tc.build(
+        Package::new()
+            .image(
+                &co,
+                "o",
+                &[
+                    ("triple", "amdgcn-amd-amdhsa"),
+                    ("arch", "gfx90a:xnack+"),
+                    ("kind", "openmp"),
+                    ("feature", "+xnack"),
+                ],
+            )
+            .image(
+                &co2,
+                "bin",
+                &[
+                    ("triple", "amdgcn-amd-amdhsa"),
+                    ("arch", "gfx1100"),
+                    ("kind", "hip"),
+                    ("producer", "clang"),
+                ],
+            )
+            .image(
+                &co,
+                "o",
+                &[
+                    ("triple", "amdgcn-amd-amdhsa"),
+                    ("arch", "gfx90a"),
+                    ("kind", "sycl"),
+                ],
+            ),
+    );
+    let mut inputs = vec![std::fs::read(&package).unwrap()];
+    if let Some(e) = loader() {
+        let exe = e.build(LinkedProgram::openmp(
+            &["gfx90a:xnack-", "gfx1100"],
+            "examples/openmp_query.c",
+        ));
+        inputs.push(tc.section_bytes(&exe, ".llvm.offloading").unwrap());
+    }
+    let mut binaries = 0;
+    for data in &inputs {
+        let mut at = 0;
+        while at < data.len() {
+            let read = OffloadBinary::parse(&data[at..], &Limits::default()).unwrap();
+            let len = read.len() as usize;
+            assert!(
+                offload_binary::write::keep(&read, |_| true)
+                    .unwrap()
+                    .unwrap()
+                    == data[at..at + len]
+            );
+            binaries += 1;
+            at = (at + len).next_multiple_of(8);
+            while at < data.len() && data[at] == 0 {
+                at += 1;
+            }
+        }
+    }
+    assert!(binaries >= 5, "{binaries}");
+}

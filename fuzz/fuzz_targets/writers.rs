@@ -1,7 +1,7 @@
 //! The writers: read a container, remove some entries, write, read again.
 //!
 //! The input's first byte is a keep-mask (bit i keeps entry i, cycling); the
-//! rest is a bundle, a `CCOB` or an NVIDIA fat binary. Invariants: keeping
+//! rest is a bundle, a `CCOB`, an offload binary or an NVIDIA fat binary. Invariants: keeping
 //! every entry gives back the same bytes (bundles the bundler could have
 //! laid out; fat binaries always); what is written reads back with exactly
 //! the kept entries, in order, each byte for byte the original's; a `CCOB`
@@ -11,6 +11,7 @@ use libfuzzer_sys::fuzz_target;
 use offload_loader::bundle::{self, Bundle};
 use offload_loader::compressed::{self, CompressedBundle, Method};
 use offload_loader::nv_fatbin::{self, NvFatbin};
+use offload_loader::offload_binary::{self, OffloadBinary};
 use offload_loader::Limits;
 
 fuzz_target!(|input: &[u8]| {
@@ -49,6 +50,22 @@ fuzz_target!(|input: &[u8]| {
                 let c = CompressedBundle::parse(&ccob).unwrap();
                 assert_eq!(c.decompress(&limits).unwrap(), fewer);
             }
+        }
+    }
+
+    if let Ok(read) = OffloadBinary::parse(data, &limits) {
+        // Whatever the input's string table looks like, what is written
+        // reads back with the kept entries, each as it was.
+        if let Ok(Some(fewer)) = offload_binary::write::keep(&read, keep) {
+            let again = OffloadBinary::parse(&fewer, &limits).expect("what was written reads back");
+            fn view(e: &offload_binary::OffloadEntry<'_>) -> (u16, u16, u32, Vec<(String, String)>, Vec<u8>) {
+                let strings = e.strings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+                (e.image_kind, e.offload_kind_bits, e.flags, strings, e.image.to_vec())
+            }
+            let want: Vec<_> = read.entries().iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, e)| view(e)).collect();
+            let got: Vec<_> = again.entries().iter().map(view).collect();
+            assert_eq!(got, want);
+            assert_eq!(again.version, read.version);
         }
     }
 

@@ -3,12 +3,14 @@
 //! the input), a `CCOB` inflated, re-laid and compressed again with its
 //! version and method, an NVIDIA fat binary with the kept entries byte for
 //! byte (a `--concat` group is kept whole when any member is), an offload
-//! binary kept or dropped whole. What cannot be rewritten is left whole,
-//! with the reason.
+//! binary with its kept entries (LLVM's layout, its version kept), or dropped
+//! whole when its scope is served by other binaries. What cannot be rewritten
+//! is left whole, with the reason.
 
 use offload_loader::bundle::{self, Bundle};
 use offload_loader::compressed;
 use offload_loader::nv_fatbin;
+use offload_loader::offload_binary::{self, OffloadBinary};
 use offload_loader::target::OffloadKind;
 use offload_loader::{Container, Format, Limits};
 
@@ -188,10 +190,31 @@ pub fn rewrite<'a>(
                 output,
             }
         }
-        Format::OffloadBinary => Rewrite::whole(
-            bytes,
-            "an offload binary holding several images is kept or dropped whole",
-        ),
+        Format::OffloadBinary => {
+            let read = match OffloadBinary::parse(bytes, limits) {
+                Ok(b) => b,
+                Err(e) => return Rewrite::whole(bytes, format!("it cannot be read again: {e}")),
+            };
+            // An image's index is its entry's.
+            let entry_kept = |i: usize| {
+                images
+                    .iter()
+                    .enumerate()
+                    .any(|(j, im)| im.index == i && kept(j))
+            };
+            match offload_binary::write::keep(&read, entry_kept) {
+                Ok(Some(b)) => {
+                    let mut output = Output::default();
+                    output.push(Piece::Owned(b));
+                    Rewrite {
+                        outcome: Outcome::Rewritten,
+                        output,
+                    }
+                }
+                Ok(None) => Rewrite::whole(bytes, "no named device selects an image from it"),
+                Err(e) => Rewrite::whole(bytes, format!("writing it again failed: {e}")),
+            }
+        }
         other => Rewrite::whole(bytes, format!("a {} is not rewritten", other.name())),
     }
 }

@@ -19,6 +19,10 @@ use crate::magic;
 use crate::read::{utf8, Bytes};
 use crate::target::{Arch, OffloadKind, Triple};
 
+/// Writing offload binaries ([`write::write`], [`write::keep`]): behind the `write` feature.
+#[cfg(feature = "write")]
+pub mod write;
+
 const HEADER_LEN: u64 = 32;
 const ENTRY_LEN: u64 = 40;
 
@@ -70,6 +74,8 @@ pub struct OffloadEntry<'a> {
     pub image_kind: u16,
     /// The offload kind (a bit set: 1 OpenMP, 2 CUDA, 4 HIP, 8 SYCL).
     pub offload_kind: OffloadKind,
+    /// The offload kind's bits as stored.
+    pub offload_kind_bits: u16,
     /// Flags (unused by LLVM 22).
     pub flags: u32,
     /// The string map, in stored order (`triple`, `arch`, `producer`, ...).
@@ -213,7 +219,8 @@ fn parse_entry<'a>(
     strings_left: &mut u64,
 ) -> Result<OffloadEntry<'a>> {
     let image_kind = b.u16(at, "image kind")?;
-    let offload_kind = OffloadKind::from_bits(b.u16(at + 2, "offload kind")?);
+    let offload_kind_bits = b.u16(at + 2, "offload kind")?;
+    let offload_kind = OffloadKind::from_bits(offload_kind_bits);
     let flags = b.u32(at + 4, "flags")?;
     let strings_offset = b.u64(at + 8, "string map offset")?;
     let string_count = b.u64(at + 16, "string count")?;
@@ -257,6 +264,7 @@ fn parse_entry<'a>(
     Ok(OffloadEntry {
         image_kind,
         offload_kind,
+        offload_kind_bits,
         flags,
         strings,
         image_offset,
