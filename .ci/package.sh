@@ -6,9 +6,13 @@
 # warnings, and `cargo install --path probe` installs the probe.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "== cargo package (offload-loader, offload-detect, offload-loader-ffi, offload-probe)"
+echo "== cargo package (offload-loader, offload-detect, offload-loader-ffi, offload-slim, offload-probe)"
 log=$(mktemp)
-if ! cargo package --workspace --allow-dirty \
+# In a target directory of its own, as a user who downloads the crates
+# builds them: verified beside the workspace's own build, cargo 1.95 built
+# offload-slim's registry copy of offload-loader without the `write` feature
+# it asks for.
+if ! CARGO_TARGET_DIR=target/package-check cargo package --workspace --allow-dirty \
   --exclude offload-loader-workspace --exclude offload-test-drivers >"$log" 2>&1; then
   cat "$log"
   exit 1
@@ -17,7 +21,7 @@ grep -E "^\s*(Packaged|Verifying|warning)" "$log"
 rm -f "$log"
 echo "== cargo doc (warnings are errors)"
 # The C library's crate shares its library name with offload-loader: documented apart.
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -q -p offload-loader -p offload-detect -p offload-probe
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -q -p offload-loader -p offload-detect -p offload-slim -p offload-probe
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -q -p offload-loader-ffi
 echo "== cargo install --path probe"
 root=$(mktemp -d)

@@ -18,7 +18,7 @@ use crate::magic;
 use crate::read::{utf8, Bytes};
 use crate::target::{Arch, OffloadKind, Processor, Triple};
 
-/// Writing bundles ([`write::write`], [`write::keep`]): behind the `write` feature.
+/// Writing bundles ([`write::write()`], [`write::keep()`]): behind the `write` feature.
 #[cfg(feature = "write")]
 pub mod write;
 

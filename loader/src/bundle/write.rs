@@ -29,7 +29,7 @@ fn offsets<'a>(ids: impl Iterator<Item = &'a str>, sizes: &[u64], align: u64) ->
 
 /// Where everything of a bundle goes: the header and table as bytes, then
 /// each code object at its offset. Lets a caller write the code objects
-/// from where they already are ([`write`] copies them).
+/// from where they already are ([`write()`] copies them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// Magic, count and table.
@@ -96,7 +96,7 @@ pub fn write(entries: &[(&str, &[u8])], align: u64) -> Vec<u8> {
 }
 
 /// The alignment the bundler was given when it wrote `bundle`: the largest
-/// power of two up to 64 KiB with which [`write`] puts every code object
+/// power of two up to 64 KiB with which [`write()`] puts every code object
 /// where `bundle` has it; `None` when none does (a bundle the bundler did
 /// not lay out, which a writer cannot reproduce).
 pub fn alignment(bundle: &Bundle<'_>) -> Option<u64> {

@@ -21,7 +21,7 @@
 
 use std::io::Read;
 
-/// Writing `CCOB`s ([`write::compress`]): behind the `write` feature.
+/// Writing `CCOB`s ([`write::compress()`]): behind the `write` feature.
 #[cfg(feature = "write")]
 pub mod write;
 

@@ -65,7 +65,7 @@
 use std::borrow::Cow;
 use std::io::Read;
 
-/// Writing fat binaries with fewer entries ([`write::keep`]): behind the `write` feature.
+/// Writing fat binaries with fewer entries ([`write::keep()`]): behind the `write` feature.
 #[cfg(feature = "write")]
 pub mod write;
 

@@ -19,7 +19,7 @@ use crate::magic;
 use crate::read::{utf8, Bytes};
 use crate::target::{Arch, OffloadKind, Triple};
 
-/// Writing offload binaries ([`write::write`], [`write::keep`]): behind the `write` feature.
+/// Writing offload binaries ([`write::write()`], [`write::keep()`]): behind the `write` feature.
 #[cfg(feature = "write")]
 pub mod write;
 
