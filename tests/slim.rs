@@ -509,6 +509,25 @@ fn in_place_dry_run_links_and_exit_statuses() {
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("left whole"), "{text}");
 
+    // Two files of one name to one --output directory: the second is an error.
+    let other = temp_dir();
+    std::fs::copy(&lib, other.join("libk.so")).unwrap();
+    let out = temp_dir();
+    let (code, text) = slim(&[
+        copy.to_str().unwrap(),
+        other.join("libk.so").to_str().unwrap(),
+        "--device",
+        "gfx1100",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("would both be written to"), "{text}");
+    assert!(
+        out.join("libk.so").is_file(),
+        "the first is still written: {text}"
+    );
+
     // --in-place: one file, every name sees the result, the mode kept.
     let (code, text) = slim(&[dir.to_str().unwrap(), "--device", "gfx1100", "--in-place"]);
     assert_eq!(code, 0, "{text}");

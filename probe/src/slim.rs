@@ -205,6 +205,28 @@ fn find(args: &Args) -> (Vec<Job>, Vec<String>) {
             }
         }
     }
+    // Two files must not be written to one place.
+    let mut destinations: BTreeMap<PathBuf, PathBuf> = BTreeMap::new();
+    order.retain(|key| {
+        let found = &seen[key];
+        let Some(to) = &found.to else { return true };
+        match destinations.get(to) {
+            Some(first) => {
+                errors.push(format!(
+                    "{} and {} would both be written to {}: {} is left out",
+                    first.display(),
+                    found.path.display(),
+                    to.display(),
+                    found.path.display()
+                ));
+                false
+            }
+            None => {
+                destinations.insert(to.clone(), found.path.clone());
+                true
+            }
+        }
+    });
     let jobs = order
         .into_iter()
         .filter_map(|key| seen.remove(&key))

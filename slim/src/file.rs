@@ -355,6 +355,10 @@ fn write_verified(
         same_selections(sections, &new_sections, &options.devices)
             .map_err(|e| format!("verification failed: {e}; nothing written"))?;
         fs::rename(&temp, target).map_err(|e| format!("{}: {e}", target.display()))?;
+        // The rename itself reaches the disk before we say it is done.
+        if let Ok(d) = fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
         if let Destination::InPlace { also } = destination {
             for other in also {
                 let link = other.with_file_name(format!(
