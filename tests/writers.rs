@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use offload_loader::bundle::{self, Bundle as ReadBundle};
 use offload_loader::compressed::{self, CompressedBundle, Method};
@@ -251,7 +251,8 @@ fn cusparse_fat_binaries_write_back_the_same_bytes() {
     assert!(fatbins > 0);
 }
 
-/// Offload binaries that `llvm-offload-binary` (LLVM 22) wrote, for images
+/// Offload binaries that `llvm-offload-binary` (LLVM 22) and
+/// `clang-offload-packager` (LLVM 19) wrote, for images
 /// of several kinds with several strings each (its string table laid out by
 /// LLVM's StringTableBuilder), and those in a clang-22 OpenMP program:
 /// written again with nothing removed, the same bytes.
@@ -294,6 +295,33 @@ fn offload_binaries_write_back_as_llvm_wrote_them() {
             ),
     );
     let mut inputs = vec![std::fs::read(&package).unwrap()];
+    // LLVM 19's clang-offload-packager writes them too.
+    if let Some(tc19) = toolchain_19() {
+        let co19 = tc19.build(CodeObject::new("gfx906"));
+        let package = tc19.build(
+            Package::new()
+                .image(
+                    &co19,
+                    "o",
+                    &[
+                        ("triple", "amdgcn-amd-amdhsa"),
+                        ("arch", "gfx906"),
+                        ("kind", "openmp"),
+                    ],
+                )
+                .image(
+                    &co19,
+                    "o",
+                    &[
+                        ("triple", "amdgcn-amd-amdhsa"),
+                        ("arch", "gfx906:xnack-"),
+                        ("kind", "hip"),
+                        ("feature", "-xnack"),
+                    ],
+                ),
+        );
+        inputs.push(std::fs::read(&package).unwrap());
+    }
     if let Some(e) = loader() {
         let exe = e.build(LinkedProgram::openmp(
             &["gfx90a:xnack-", "gfx1100"],
@@ -321,4 +349,64 @@ fn offload_binaries_write_back_as_llvm_wrote_them() {
         }
     }
     assert!(binaries >= 5, "{binaries}");
+}
+
+/// NVIDIA's `fatbinary` as the reference writer: a fat binary of four images
+/// (sm_80, sm_90a and sm_100a cubins, compute_90 PTX), each subset of them
+/// kept by our writer, is byte for byte what `fatbinary` writes for that
+/// subset, stored and compressed (`-compress-all`).
+#[test]
+fn fat_binaries_with_entries_removed_are_what_fatbinary_writes() {
+    let Some(cuda) = cuda() else { return };
+    let fatbinary = cuda.bin.join("fatbinary");
+    let dir = temp_dir();
+    let images: Vec<(String, String, PathBuf)> = [
+        ("elf", "80", "sm_80"),
+        ("elf", "90a", "sm_90a"),
+        ("elf", "100a", "sm_100a"),
+        ("ptx", "90", "compute_90"),
+    ]
+    .iter()
+    .map(|(kind, sm, arch)| {
+        let output = if *kind == "elf" {
+            NvOutput::Cubin
+        } else {
+            NvOutput::Ptx
+        };
+        let file = cuda.nvcc(&[&format!("-arch={arch}")], output);
+        (kind.to_string(), sm.to_string(), file)
+    })
+    .collect();
+    let create = |keep: &[bool], compress: bool, name: &str| -> Vec<u8> {
+        let out = dir.join(name);
+        let mut cmd = std::process::Command::new(&fatbinary);
+        cmd.arg("-64").arg(format!("--create={}", out.display()));
+        if compress {
+            cmd.arg("-compress-all");
+        }
+        for ((kind, sm, file), k) in images.iter().zip(keep) {
+            if *k {
+                cmd.arg(format!(
+                    "--image3=kind={kind},sm={sm},file={}",
+                    file.display()
+                ));
+            }
+        }
+        run_ok(&mut cmd);
+        std::fs::read(&out).unwrap()
+    };
+    for compress in [false, true] {
+        let all = create(&[true; 4], compress, "all.fatbin");
+        let read = NvFatbin::parse(&all, &Limits::default()).unwrap();
+        assert_eq!(read.entries().len(), 4);
+        for mask in 1u8..16 {
+            let keep: Vec<bool> = (0..4).map(|i| mask & (1 << i) != 0).collect();
+            let ours = nv_fatbin::write::keep(&read, |i| keep[i]);
+            let theirs = create(&keep, compress, &format!("subset-{mask}.fatbin"));
+            assert!(
+                ours == theirs,
+                "compress {compress}, keep {keep:?}: the bytes differ"
+            );
+        }
+    }
 }
