@@ -66,29 +66,57 @@ pub struct Placed<'a> {
 struct Map {
     /// (old start, old length, new start, new length, same bytes).
     moves: Vec<(u64, u64, u64, u64, bool)>,
+    /// (old start, old length) of the containers that go.
+    removed: Vec<(u64, u64)>,
     old_size: u64,
     new_size: u64,
+    /// Whether another section starts where this one ends, so that a pointer
+    /// to the end could as well be a pointer to that section's start.
+    shared_end: bool,
+}
+
+/// What a pointer is known to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Point {
+    /// The start of something (an image, a symbol).
+    Start,
+    /// The end of something (an image's end).
+    End,
+    /// Either: a boundary between two containers must move the same way.
+    Unknown,
 }
 
 impl Map {
     /// The new offset of old section offset `at`: a container's start or end,
-    /// anywhere in a container kept as it was, or the section's end.
-    fn map(&self, at: u64) -> Option<u64> {
-        if at == self.old_size {
-            return Some(self.new_size);
+    /// anywhere in a container kept as it was, or the section's end. `None`
+    /// for a place that has no new one (inside a rewritten container, in or at
+    /// the start of one that goes), or a boundary whose two readings differ.
+    fn map(&self, at: u64, point: Point) -> Option<u64> {
+        let start = self.moves.iter().find(|m| m.0 == at).map(|m| m.2);
+        let end = self
+            .moves
+            .iter()
+            .find(|m| m.0.checked_add(m.1) == Some(at))
+            .map(|m| m.2 + m.3)
+            .or((at == self.old_size && !self.shared_end).then_some(self.new_size));
+        let inside = self
+            .moves
+            .iter()
+            .find(|m| m.4 && at > m.0 && at - m.0 < m.1)
+            .map(|m| m.2 + (at - m.0));
+        let removed_start = self.removed.iter().any(|r| r.0 == at);
+        match point {
+            Point::Start if removed_start => None,
+            Point::Start => start.or(inside),
+            Point::End => end.or(inside),
+            Point::Unknown => match (start, end) {
+                (Some(s), Some(e)) if s != e => None,
+                (Some(s), _) => Some(s),
+                (None, _) if removed_start => None,
+                (None, Some(e)) => Some(e),
+                (None, None) => inside,
+            },
         }
-        for &(old, len, new, new_len, same) in &self.moves {
-            if at == old {
-                return Some(new);
-            }
-            if at == old + len {
-                return Some(new + new_len);
-            }
-            if same && at > old && at < old + len {
-                return Some(new + (at - old));
-            }
-        }
-        None
     }
 }
 
@@ -107,16 +135,22 @@ impl Patches {
         self.put(at, &v.to_le_bytes());
     }
 
-    /// `data[range]` as pieces with the patches inside it applied.
+    /// `data[range]` as pieces with the patches inside it applied (where two
+    /// overlap, the one that starts first wins; each byte is written once).
     fn copy<'a>(&self, data: &'a [u8], start: u64, end: u64, out: &mut Output<'a>) {
         let mut at = start;
         for (&p, bytes) in self.0.range(start..end) {
-            let p_end = (p + bytes.len() as u64).min(end);
+            let p_end = p.saturating_add(bytes.len() as u64).min(end);
             if p > at {
                 out.push(Piece::Copy(&data[at as usize..p as usize]));
+                at = p;
             }
-            out.push(Piece::Owned(bytes[..(p_end - p) as usize].to_vec()));
-            at = p_end.max(at);
+            if p_end > at {
+                out.push(Piece::Owned(
+                    bytes[(at - p) as usize..(p_end - p) as usize].to_vec(),
+                ));
+                at = p_end;
+            }
         }
         if end > at {
             out.push(Piece::Copy(&data[at as usize..end as usize]));
@@ -180,30 +214,46 @@ pub fn compact<'a>(
     if new_size >= size {
         return Ok(None);
     }
+    let shared_end = kind != elf::ET_REL
+        && shdrs.iter().enumerate().any(|(i, s)| {
+            i != index
+                && s.sh_flags(endian) & u64::from(elf::SHF_ALLOC) != 0
+                && s.sh_size(endian) > 0
+                && Some(s.sh_addr(endian)) == addr.checked_add(size)
+        });
     let map = Map {
         moves,
+        removed: removed.clone(),
         old_size: size,
         new_size,
+        shared_end,
     };
     // Whether section offset `at` lies in a container that goes.
     let gone = |at: u64| {
         removed
             .iter()
-            .any(|&(old, len)| at >= old && at <= old + len)
+            .any(|&(old, len)| at >= old && at - old < len)
     };
     // An address (or section offset, for objects) into the section, moved.
-    let remap = |value: u64, base: u64| -> Result<Option<u64>, Unsafe> {
-        if value < base || value > base + size {
+    let remap_as = |value: u64, base: u64, point: Point| -> Result<Option<u64>, Unsafe> {
+        if value < base || value - base > size {
             return Ok(None);
         }
-        map.map(value - base)
+        // The section's end is where the next section starts: a pointer of
+        // unknown kind there is that section's, which keeps its address (a
+        // function at the start of `.text` right after `.nv_fatbin`).
+        if value - base == size && shared_end && point == Point::Unknown {
+            return Ok(None);
+        }
+        map.map(value - base, point)
             .map(|v| Some(base + v))
             .ok_or_else(|| {
                 unsafe_(format!(
-                    "something points to {value:#x}, inside a container that was rewritten"
+                    "something points to {value:#x}, which has no place in the result (inside a rewritten container, in one that goes, or where two places meet)"
                 ))
             })
     };
+    let remap = |value: u64, base: u64| remap_as(value, base, Point::Unknown);
 
     let mut patches = Patches::default();
     let mut out = Output::default();
@@ -222,7 +272,8 @@ pub fn compact<'a>(
             .max()
             .unwrap_or(8);
         if phdrs.iter().any(|p| {
-            p.p_type(endian) == elf::PT_LOAD && p.p_offset(endian) + p.p_filesz(endian) > cut
+            p.p_type(endian) == elf::PT_LOAD
+                && p.p_offset(endian).saturating_add(p.p_filesz(endian)) > cut
         }) {
             return Err(unsafe_(
                 "loaded segments follow a section that is not loaded",
@@ -252,13 +303,13 @@ pub fn compact<'a>(
             endian,
             index,
             base,
-            &remap,
+            &remap_as,
             size,
             new_size,
             &gone,
         )?;
         if kind == elf::ET_REL {
-            patch_object_relocations(&mut patches, data, shdrs, endian, index, &remap)?;
+            patch_object_relocations(&mut patches, data, shdrs, endian, index, &remap_as)?;
         }
         patches.copy(data, 0, offset, &mut out);
         out.extend(body);
@@ -273,7 +324,8 @@ pub fn compact<'a>(
         .position(|p| {
             p.p_type(endian) == elf::PT_LOAD
                 && p.p_offset(endian) <= offset
-                && offset + size <= p.p_offset(endian) + p.p_filesz(endian)
+                && offset.saturating_add(size)
+                    <= p.p_offset(endian).saturating_add(p.p_filesz(endian))
         })
         .ok_or_else(|| unsafe_("the offload section is in no loaded segment"))?;
     let seg = &phdrs[load];
@@ -298,20 +350,55 @@ pub fn compact<'a>(
         .chain([page])
         .max()
         .unwrap_or(page);
-    let tail = (lv + lm) - (addr + size);
+    if lm < lf {
+        return Err(unsafe_(
+            "the section's segment is smaller in memory than in the file",
+        ));
+    }
+    // Other machines' relocations are not read: nothing may point in unseen.
+    if relative_type(machine).is_none()
+        && shdrs.iter().any(|s| {
+            matches!(
+                s.sh_type(endian),
+                elf::SHT_RELA | elf::SHT_REL | elf::SHT_RELR
+            ) && s.sh_size(endian) > 0
+        })
+    {
+        return Err(unsafe_(format!(
+            "the relocations of machine {machine} are not rewritten"
+        )));
+    }
+    let tail = lv
+        .saturating_add(lm)
+        .saturating_sub(addr.saturating_add(size));
     let split = tail > 0;
-    // The program header table: one more entry when the segment splits.
+    // The program header table: one more entry when the segment splits. It
+    // must lie before the section (it is rewritten in place or moved there).
     let phoff = header.e_phoff(endian);
     let phnum = u64::from(header.e_phnum(endian));
+    let table_end = phoff.saturating_add(phnum * PHDR_SIZE);
+    if table_end > offset || phnum + 1 > u64::from(u16::MAX) {
+        return Err(unsafe_(
+            "the program header table does not lie before the section",
+        ));
+    }
+    // What follows the table: the first section, the section header table or
+    // the first segment content after it.
     let first_content = shdrs
         .iter()
-        .filter(|s| {
-            s.sh_type(endian) != elf::SHT_NULL && s.sh_offset(endian) >= phoff + phnum * PHDR_SIZE
-        })
+        .filter(|s| s.sh_type(endian) != elf::SHT_NULL)
         .map(|s| s.sh_offset(endian))
+        .chain([header.e_shoff(endian)])
+        .chain(
+            phdrs
+                .iter()
+                .filter(|p| p.p_filesz(endian) > 0 && p.p_offset(endian) > 0)
+                .map(|p| p.p_offset(endian)),
+        )
+        .filter(|&o| o >= table_end)
         .min()
         .unwrap_or(u64::MAX);
-    let room = split && first_content - (phoff + phnum * PHDR_SIZE) >= PHDR_SIZE;
+    let room = split && first_content - table_end >= PHDR_SIZE;
     let move_table = split && !room;
     let kept_end = addr + new_size;
     let (table_at, seg1_end) = if move_table {
@@ -331,6 +418,9 @@ pub fn compact<'a>(
     };
     let (cut, v2) = if split {
         let v2 = (addr + size) / page * page;
+        if v2 <= lv {
+            return Ok(None);
+        }
         (lo + (v2 - lv), v2)
     } else {
         (offset + size, addr + size)
@@ -437,7 +527,7 @@ pub fn compact<'a>(
         phdrs.iter().find_map(|p| {
             (p.p_type(endian) == elf::PT_LOAD
                 && vaddr >= p.p_vaddr(endian)
-                && vaddr + 8 <= p.p_vaddr(endian) + p.p_filesz(endian))
+                && vaddr.saturating_add(8) <= p.p_vaddr(endian).saturating_add(p.p_filesz(endian)))
             .then(|| p.p_offset(endian) + (vaddr - p.p_vaddr(endian)))
         })
     };
@@ -460,7 +550,7 @@ pub fn compact<'a>(
         &in_removed,
     )?;
     if let Some(t) = &omp {
-        t.patch(&mut patches, data, &remap, addr)?;
+        t.patch(&mut patches, data, &remap_as, addr)?;
         referenced += 1;
     }
     for s in shdrs.iter() {
@@ -480,7 +570,7 @@ pub fn compact<'a>(
                             at,
                             r.r_offset(endian),
                             addend,
-                            &remap,
+                            &remap_as,
                             addr,
                         )?;
                         continue;
@@ -508,14 +598,14 @@ pub fn compact<'a>(
                     let mut places = Vec::new();
                     if w & 1 == 0 {
                         places.push(w);
-                        next = w + 8;
+                        next = w.saturating_add(8);
                     } else {
                         for bit in 1..64 {
                             if w >> bit & 1 == 1 {
-                                places.push(next + (bit - 1) * 8);
+                                places.push(next.saturating_add((bit - 1) * 8));
                             }
                         }
-                        next += 63 * 8;
+                        next = next.saturating_add(63 * 8);
                     }
                     for place in places {
                         if omp.as_ref().is_some_and(|t| t.holds(place)) {
@@ -569,7 +659,7 @@ pub fn compact<'a>(
         endian,
         index,
         addr,
-        &remap,
+        &remap_as,
         size,
         new_size,
         &gone,
@@ -661,6 +751,7 @@ fn omp_table(
     let desc = words
         .iter()
         .filter(|(_, &v)| v == array)
+        .filter(|(&at, _)| at >= 8)
         .map(|(&at, _)| at - 8)
         .find(|&d| {
             file_offset(d)
@@ -703,7 +794,7 @@ impl OmpTable {
         &self,
         patches: &mut Patches,
         data: &[u8],
-        remap: &dyn Fn(u64, u64) -> Result<Option<u64>, Unsafe>,
+        remap: &dyn Fn(u64, u64, Point) -> Result<Option<u64>, Unsafe>,
         addr: u64,
     ) -> Result<(), Unsafe> {
         let len = (self.entries * IMAGE_ENTRY) as usize;
@@ -714,9 +805,9 @@ impl OmpTable {
         for (i, &slot) in self.slots.iter().enumerate() {
             let mut entry = old[i * 32..i * 32 + 32].to_vec();
             if !self.gone[i] {
-                for field in [0, 8] {
+                for (field, point) in [(0, Point::Start), (8, Point::End)] {
                     let w = u64::from_le_bytes(entry[field..field + 8].try_into().unwrap());
-                    if let Some(v) = remap(w, addr)? {
+                    if let Some(v) = remap(w, addr, point)? {
                         entry[field..field + 8].copy_from_slice(&v.to_le_bytes());
                     }
                 }
@@ -736,14 +827,15 @@ impl OmpTable {
         at: u64,
         place: u64,
         addend: u64,
-        remap: &dyn Fn(u64, u64) -> Result<Option<u64>, Unsafe>,
+        remap: &dyn Fn(u64, u64, Point) -> Result<Option<u64>, Unsafe>,
         addr: u64,
     ) -> Result<(), Unsafe> {
         let i = ((place - self.array) / IMAGE_ENTRY) as usize;
         let field = (place - self.array) % IMAGE_ENTRY;
         patches.u64(at, self.array + self.slots[i] * IMAGE_ENTRY + field);
         if !self.gone[i] && field < 16 {
-            if let Some(v) = remap(addend, addr)? {
+            let point = if field < 8 { Point::Start } else { Point::End };
+            if let Some(v) = remap(addend, addr, point)? {
                 patches.u64(at + 16, v);
             }
         }
@@ -810,7 +902,7 @@ fn patch_symbols(
     endian: LE,
     index: usize,
     base: u64,
-    remap: &dyn Fn(u64, u64) -> Result<Option<u64>, Unsafe>,
+    remap: &dyn Fn(u64, u64, Point) -> Result<Option<u64>, Unsafe>,
     size: u64,
     new_size: u64,
     gone: &dyn Fn(u64) -> bool,
@@ -828,7 +920,7 @@ fn patch_symbols(
             }
             let at = s.sh_offset(endian) + i as u64 * 24;
             let value = sym.st_value(endian);
-            let new = match remap(value, base) {
+            let new = match remap(value, base, Point::Start) {
                 Ok(Some(new)) => new,
                 Ok(None) => continue,
                 // A static symbol of an image that goes (clang-linker-wrapper
@@ -846,7 +938,7 @@ fn patch_symbols(
             if value == base && sz == size {
                 patches.u64(at + 16, new_size);
             } else if sz > 0 {
-                let end = remap(value + sz, base)?.unwrap_or(new);
+                let end = remap(value.saturating_add(sz), base, Point::End)?.unwrap_or(new);
                 patches.u64(at + 16, end.saturating_sub(new));
             }
         }
@@ -862,7 +954,7 @@ fn patch_object_relocations(
     shdrs: &[elf::SectionHeader64<LE>],
     endian: LE,
     index: usize,
-    remap: &dyn Fn(u64, u64) -> Result<Option<u64>, Unsafe>,
+    remap: &dyn Fn(u64, u64, Point) -> Result<Option<u64>, Unsafe>,
 ) -> Result<(), Unsafe> {
     for s in shdrs {
         if s.sh_type(endian) != elf::SHT_RELA {
@@ -886,8 +978,8 @@ fn patch_object_relocations(
             }
             let value = sym.st_value(endian);
             let target = value.wrapping_add(r.r_addend(endian) as u64);
-            if let Some(new_target) = remap(target, 0)? {
-                let new_value = remap(value, 0)?.unwrap_or(value);
+            if let Some(new_target) = remap(target, 0, Point::Unknown)? {
+                let new_value = remap(value, 0, Point::Start)?.unwrap_or(value);
                 let at = s.sh_offset(endian) + i as u64 * 24 + 16;
                 patches.u64(at, new_target.wrapping_sub(new_value));
             }
@@ -902,17 +994,51 @@ mod tests {
 
     #[test]
     fn container_ends_and_unchanged_insides_move() {
+        // A (0..100) rewritten to 40 bytes at 0; B (100..150) removed; C
+        // (4096..4146) kept as it was, now at 64; the section 5000 -> 114.
         let map = Map {
             moves: vec![(0, 100, 0, 40, false), (4096, 50, 64, 50, true)],
+            removed: vec![(100, 50)],
             old_size: 5000,
             new_size: 114,
+            shared_end: false,
         };
-        assert_eq!(map.map(0), Some(0));
-        assert_eq!(map.map(100), Some(40));
-        assert_eq!(map.map(50), None);
-        assert_eq!(map.map(4096), Some(64));
-        assert_eq!(map.map(4100), Some(68));
-        assert_eq!(map.map(5000), Some(114));
+        assert_eq!(map.map(0, Point::Start), Some(0));
+        assert_eq!(map.map(100, Point::End), Some(40));
+        assert_eq!(map.map(50, Point::Unknown), None, "inside a rewritten container");
+        assert_eq!(map.map(4096, Point::Unknown), Some(64));
+        assert_eq!(map.map(4100, Point::Unknown), Some(68));
+        assert_eq!(map.map(5000, Point::Unknown), Some(114));
+        // The start of a container that goes has no place; the end before it does.
+        assert_eq!(map.map(100, Point::Start), None);
+        assert_eq!(map.map(100, Point::Unknown), None);
+        // Where two containers meet and move apart, an unknown pointer is refused.
+        let meet = Map {
+            moves: vec![(0, 0x3000, 0, 0x1234, false), (0x3000, 0x10, 0x2000, 0x10, true)],
+            removed: vec![],
+            old_size: 0x3010,
+            new_size: 0x2010,
+            shared_end: true,
+        };
+        assert_eq!(meet.map(0x3000, Point::Start), Some(0x2000));
+        assert_eq!(meet.map(0x3000, Point::End), Some(0x1234));
+        assert_eq!(meet.map(0x3000, Point::Unknown), None);
+        // A container's end at the section's end is known; the bare section
+        // end, shared with the next section, is not.
+        assert_eq!(meet.map(0x3010, Point::End), Some(0x2010));
+    }
+
+    #[test]
+    fn overlapping_patches_are_applied_once() {
+        let data: Vec<u8> = (0..16).collect();
+        let mut p = Patches::default();
+        p.put(2, &[0xaa; 6]);
+        p.put(4, &[0xbb; 2]);
+        let mut out = Output::default();
+        p.copy(&data, 0, 16, &mut out);
+        let v = out.to_vec();
+        assert_eq!(v.len(), 16);
+        assert_eq!(&v[..8], &[0, 1, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa]);
     }
 
     #[test]
