@@ -1005,7 +1005,11 @@ mod tests {
         };
         assert_eq!(map.map(0, Point::Start), Some(0));
         assert_eq!(map.map(100, Point::End), Some(40));
-        assert_eq!(map.map(50, Point::Unknown), None, "inside a rewritten container");
+        assert_eq!(
+            map.map(50, Point::Unknown),
+            None,
+            "inside a rewritten container"
+        );
         assert_eq!(map.map(4096, Point::Unknown), Some(64));
         assert_eq!(map.map(4100, Point::Unknown), Some(68));
         assert_eq!(map.map(5000, Point::Unknown), Some(114));
@@ -1014,7 +1018,10 @@ mod tests {
         assert_eq!(map.map(100, Point::Unknown), None);
         // Where two containers meet and move apart, an unknown pointer is refused.
         let meet = Map {
-            moves: vec![(0, 0x3000, 0, 0x1234, false), (0x3000, 0x10, 0x2000, 0x10, true)],
+            moves: vec![
+                (0, 0x3000, 0, 0x1234, false),
+                (0x3000, 0x10, 0x2000, 0x10, true),
+            ],
             removed: vec![],
             old_size: 0x3010,
             new_size: 0x2010,
