@@ -169,14 +169,15 @@ fn relative_type(machine: u16) -> Option<u32> {
     }
 }
 
-/// `data` (a 64-bit little-endian ELF file) with section `index` replaced by
-/// `containers` packed from its start at `align`; `Ok(None)` when that frees
-/// no whole page (nothing to gain).
+/// `data` (a 64-bit little-endian ELF file) with its section of `size`
+/// bytes at file `offset` replaced by `containers`, packed from its start at
+/// the section's alignment; `Ok(None)` when that frees no whole page (nothing
+/// to gain).
 pub fn compact<'a>(
     data: &'a [u8],
-    index: usize,
+    offset: u64,
+    size: u64,
     containers: Vec<Placed<'a>>,
-    align: u64,
 ) -> Result<Option<Output<'a>>, Unsafe> {
     let bad = |e: object::Error| unsafe_(format!("its ELF headers cannot be read: {e}"));
     let header = Header::parse(data).map_err(bad)?;
@@ -185,14 +186,17 @@ pub fn compact<'a>(
     let kind = header.e_type(endian);
     let shdrs = header.section_headers(endian, data).map_err(bad)?;
     let phdrs = header.program_headers(endian, data).map_err(bad)?;
-    let section = shdrs
-        .get(index)
+    let index = shdrs
+        .iter()
+        .position(|s| {
+            s.sh_offset(endian) == offset
+                && s.sh_size(endian) == size
+                && s.sh_type(endian) != elf::SHT_NOBITS
+        })
         .ok_or_else(|| unsafe_("the offload section is not in the section table"))?;
-    let (addr, offset, size) = (
-        section.sh_addr(endian),
-        section.sh_offset(endian),
-        section.sh_size(endian),
-    );
+    let section = &shdrs[index];
+    let addr = section.sh_addr(endian);
+    let align = section.sh_addralign(endian);
     let alloc = section.sh_flags(endian) & u64::from(elf::SHF_ALLOC) != 0;
 
     // The new section: containers packed, each at the section's alignment.

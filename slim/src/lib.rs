@@ -19,7 +19,7 @@ mod elf;
 mod file;
 mod pieces;
 
-use offload_loader::discover::SectionRole;
+use offload_loader::discover::{OffloadSection, SectionRole};
 use offload_loader::target::OffloadKind;
 use offload_loader::{Container, Format, Limits, SectionContainers};
 use rayon::prelude::*;
@@ -86,10 +86,7 @@ pub fn slim<'a>(
         if s.section.role != SectionRole::Containers {
             continue;
         }
-        let name = match &s.section.member {
-            Some(m) => format!("{m}({})", s.section.name),
-            None => s.section.name.clone(),
-        };
+        let name = section_name(&s.section);
         if s.containers.iter().any(|c| c.is_err()) {
             left.push((name, "a container in it cannot be read".into()));
             continue;
@@ -176,6 +173,14 @@ pub fn slim<'a>(
     }
 }
 
+/// A section's name in reports: `member.o(.hip_fatbin)` in an archive.
+fn section_name(s: &OffloadSection) -> String {
+    match &s.member {
+        Some(m) => format!("{m}({})", s.name),
+        None => s.name.clone(),
+    }
+}
+
 /// A file that is not an archive: its one section that frees most compacted.
 fn file_output<'a>(
     data: &'a [u8],
@@ -186,10 +191,11 @@ fn file_output<'a>(
 ) -> Option<Output<'a>> {
     let mut output = None;
     for (si, placed, _) in candidates {
+        let name = section_name(&sections[si].section);
         let s = &sections[si].section;
         if output.is_some() {
             left.push((
-                s.name.clone(),
+                name,
                 "one offload section is compacted per run: run again".into(),
             ));
             continue;
@@ -197,10 +203,10 @@ fn file_output<'a>(
         match compact(data, s.file_offset, s.size, placed) {
             Ok(Some(out)) => {
                 output = Some(out);
-                compacted.push(s.name.clone());
+                compacted.push(name);
             }
-            Ok(None) => left.push((s.name.clone(), "it frees less than a page".into())),
-            Err(e) => left.push((s.name.clone(), e.to_string())),
+            Ok(None) => left.push((name, "it frees less than a page".into())),
+            Err(e) => left.push((name, e.to_string())),
         }
     }
     output
@@ -219,7 +225,7 @@ fn archive_output<'a>(
         Ok(m) => m,
         Err(e) => {
             for (si, _, _) in candidates {
-                left.push((sections[si].section.name.clone(), e.to_string()));
+                left.push((section_name(&sections[si].section), e.to_string()));
             }
             return None;
         }
@@ -227,7 +233,7 @@ fn archive_output<'a>(
     let mut new = std::collections::BTreeMap::new();
     for (si, placed, _) in candidates {
         let s = &sections[si].section;
-        let name = format!("{}({})", s.member.as_deref().unwrap_or("?"), s.name);
+        let name = section_name(s);
         let Some((mi, m)) = members
             .iter()
             .enumerate()
@@ -277,9 +283,7 @@ fn compact<'a>(
     if offset == 0 && size == data.len() as u64 && !data.starts_with(b"\x7fELF") {
         return Ok(Some(raw(placed)));
     }
-    let index = section_index(data, offset, size)
-        .ok_or_else(|| Unsafe("the section is not in the file's section table".into()))?;
-    elf::compact(data, index, placed, section_align(data, index))
+    elf::compact(data, offset, size, placed)
 }
 
 /// A raw container file: its containers packed, each at 8 bytes (the
@@ -294,32 +298,4 @@ fn raw(placed: Vec<elf::Placed<'_>>) -> Output<'_> {
         out.extend(p.output);
     }
     out
-}
-
-fn section_index(data: &[u8], offset: u64, size: u64) -> Option<usize> {
-    use object::read::elf::{FileHeader, SectionHeader};
-    let header = object::elf::FileHeader64::<object::LittleEndian>::parse(data).ok()?;
-    let endian = header.endian().ok()?;
-    let shdrs = header.section_headers(endian, data).ok()?;
-    shdrs.iter().position(|s| {
-        s.sh_offset(endian) == offset
-            && s.sh_size(endian) == size
-            && s.sh_type(endian) != object::elf::SHT_NOBITS
-    })
-}
-
-fn section_align(data: &[u8], index: usize) -> u64 {
-    use object::read::elf::{FileHeader, SectionHeader};
-    let Ok(header) = object::elf::FileHeader64::<object::LittleEndian>::parse(data) else {
-        return 8;
-    };
-    let Ok(endian) = header.endian() else {
-        return 8;
-    };
-    header
-        .section_headers(endian, data)
-        .ok()
-        .and_then(|s| s.get(index).map(|s| s.sh_addralign(endian)))
-        .unwrap_or(8)
-        .max(1)
 }
