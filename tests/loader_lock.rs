@@ -51,15 +51,13 @@ fn run(e: &Loader, exe: &Path, args: &[&str], cuda: &str, env: &[(&str, &str)]) 
         "loader-lock-{}",
         RUNS.fetch_add(1, Ordering::Relaxed)
     ));
-    let amd = if cuda.is_empty() {
-        "gfx90a:sramecc+:xnack-;gfx1030"
+    let log = dir.join("loads.log");
+    let mut cmd = if cuda.is_empty() {
+        e.fake_driver(exe, "gfx90a:sramecc+:xnack-;gfx1030", &log)
     } else {
-        ""
+        e.fake_cuda(exe, cuda, &log)
     };
-    let mut cmd = e.fake_driver(exe, amd, &dir.join("loads.log"));
     cmd.args(args)
-        .env("FAKE_CUDA_DEVICES", cuda)
-        .env("FAKE_CUDA_DRIVER_VERSION", "13050")
         // Each load dlopens a library, as CUDA's PTX JIT does, under the
         // driver's own lock, which unloads take too.
         .env("FAKE_LOAD_DLOPEN", "libm.so.6")

@@ -341,7 +341,8 @@ fn hip_programs_and_libraries_run_as_before_for_the_kept_device() {
 #[test]
 fn nvcc_programs_keep_the_selected_cubins_and_the_ptx_asked_for() {
     let Some(cuda) = cuda() else { return };
-    if probe().is_none() || built("liboffload_test_drivers.so").is_none() {
+    let Some(e) = loader() else { return };
+    if probe().is_none() {
         return;
     }
     let args = [
@@ -395,17 +396,8 @@ fn nvcc_programs_keep_the_selected_cubins_and_the_ptx_asked_for() {
     }
     // The slimmed program still runs on an 8.6 device (the sm_80 cubin).
     let out = slimmed(&exe, &["sm_86"], &[]);
-    let fake = built("liboffload_test_drivers.so").unwrap();
-    let run = Command::new(&out)
-        .env("OFFLOAD_LOADER_CUDA_LIBRARY", &fake)
-        .env("OFFLOAD_LOADER_HSA_LIBRARY", &fake)
-        .env("FAKE_HSA_AGENTS", "")
-        .env("FAKE_CUDA_DEVICES", "8.6")
-        .env("FAKE_CUDA_DRIVER_VERSION", "13050")
-        .env_remove("OFFLOAD_LOADER_DEVICES")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&run.stdout);
+    let log = scratch("slim-nvcc").join("log");
+    let text = output_text(&mut e.fake_cuda(&out, "8.6", &log));
     assert!(text.contains("kernel add_one: resolved"), "{text}");
 }
 

@@ -89,6 +89,16 @@ impl Loader {
             .env_remove("OFFLOAD_LOADER_DEVICES");
         cmd
     }
+
+    /// [`Loader::fake_driver`] with no AMD GPU and the CUDA devices `cuda`
+    /// (`FAKE_CUDA_DEVICES`, e.g. `8.6;9.0`) of a CUDA 13.5 driver, whose PTX
+    /// ISA 9.5 is what nvcc 13.5 writes.
+    pub fn fake_cuda(&self, exe: &Path, cuda: &str, log: &Path) -> Command {
+        let mut cmd = self.fake_driver(exe, "", log);
+        cmd.env("FAKE_CUDA_DEVICES", cuda)
+            .env("FAKE_CUDA_DRIVER_VERSION", "13050");
+        cmd
+    }
 }
 
 /// Runs `cmd`, which must succeed, and returns its stdout then its stderr.
