@@ -144,6 +144,7 @@ fn main() -> ExitCode {
             .into_iter()
             .map(|path| walk::Input {
                 explicit: explicit.contains(&path),
+                also: Vec::new(),
                 path,
             })
             .collect();
@@ -154,6 +155,7 @@ fn main() -> ExitCode {
         let objects = process_objects.into_iter().map(|path| walk::Input {
             path,
             explicit: false,
+            also: Vec::new(),
         });
         results.extend(inspect_all(objects.collect(), &inspector));
         (results, found.errors)

@@ -14,6 +14,7 @@ use offload_slim::{slim_file, Destination, FileReport, Options, Outcome};
 use rayon::prelude::*;
 
 use crate::devices;
+use crate::walk;
 
 /// Rewrite GPU libraries and programs keeping only the code the named
 /// devices load, and make the files smaller.
@@ -142,68 +143,74 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
     }
 }
 
-/// The files under the arguments, each once (the first name, in sorted
-/// order, of each file), with where each goes; and what could not be read.
+/// Looks at each file the walk finds: may it hold offload code (its headers
+/// say)? Files that may not are left out of the walk's output.
+struct MayHoldOffload;
+
+impl walk::Inspector for MayHoldOffload {
+    type Report = Result<bool, String>;
+    fn inspect(&self, path: &Path) -> Self::Report {
+        MappedFile::open_if_offload(path)
+            .map(|f| f.is_some())
+            .map_err(|e| e.to_string())
+    }
+    fn shown(&self, report: &Self::Report) -> bool {
+        matches!(report, Ok(true))
+    }
+}
+
+/// The files under the arguments (walked as the probe walks them), each once
+/// whatever its names (the first name, in sorted order, of each file), with
+/// where each goes; and what could not be read.
 fn find(args: &Args) -> (Vec<Job>, Vec<String>) {
-    // By (device, inode): each file once.
+    let walked = walk::scan(&args.paths, &MayHoldOffload);
+    let mut errors: Vec<String> = walked
+        .errors
+        .into_iter()
+        .map(|(path, e)| format!("{}: {e}", path.display()))
+        .collect();
+    // By (device, inode): a file named on the command line may also be
+    // found in a directory.
     let mut seen: BTreeMap<(u64, u64), Found> = BTreeMap::new();
     let mut order = Vec::new();
-    let mut errors = Vec::new();
-    for root in &args.paths {
-        let mut files = Vec::new();
-        let meta = match std::fs::metadata(root) {
-            Ok(m) => m,
+    for (input, report) in walked.inputs {
+        match report {
+            Ok(true) => {}
+            Ok(false) => continue,
             Err(e) => {
-                errors.push(format!("{}: {e}", root.display()));
+                errors.push(e);
                 continue;
             }
+        }
+        let Ok(m) = std::fs::metadata(&input.path) else {
+            continue;
         };
-        if meta.is_dir() {
-            walk(root, &mut files, &mut errors);
+        let key = (m.dev(), m.ino());
+        if let Some(found) = seen.get_mut(&key) {
+            found.also.push(input.path);
+            found.also.extend(input.also);
+            continue;
+        }
+        // Where it goes: its path relative to the directory it was found
+        // under, or its name when named itself.
+        let rel = if input.explicit {
+            PathBuf::from(input.path.file_name().unwrap_or_default())
         } else {
-            files.push(root.clone());
-        }
-        for file in files {
-            let Ok(m) = std::fs::metadata(&file) else {
-                continue;
-            };
-            if !m.is_file() {
-                continue;
-            }
-            // Only files that may hold offload code (their headers say).
-            match MappedFile::open_if_offload(&file) {
-                Ok(Some(_)) => {}
-                Ok(None) => continue,
-                Err(_) if meta.is_dir() => continue,
-                Err(e) => {
-                    errors.push(e.to_string());
-                    continue;
-                }
-            }
-            let rel = if meta.is_dir() {
-                file.strip_prefix(root)
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|_| file.clone())
-            } else {
-                PathBuf::from(file.file_name().unwrap_or_default())
-            };
-            let key = (m.dev(), m.ino());
-            match seen.get_mut(&key) {
-                Some(found) => found.also.push(file),
-                None => {
-                    let to = args.output.as_ref().map(|dir| dir.join(&rel));
-                    seen.insert(
-                        key,
-                        Found {
-                            path: file,
-                            to,
-                            also: Vec::new(),
-                        },
-                    );
-                    order.push(key);
-                }
-            }
-        }
+            args.paths
+                .iter()
+                .find_map(|root| input.path.strip_prefix(root).ok())
+                .map_or_else(|| input.path.clone(), Path::to_path_buf)
+        };
+        let to = args.output.as_ref().map(|dir| dir.join(&rel));
+        seen.insert(
+            key,
+            Found {
+                path: input.path,
+                to,
+                also: input.also,
+            },
+        );
+        order.push(key);
     }
     // Two files must not be written to one place.
     let mut destinations: BTreeMap<PathBuf, PathBuf> = BTreeMap::new();
@@ -245,30 +252,6 @@ fn find(args: &Args) -> (Vec<Job>, Vec<String>) {
         })
         .collect();
     (jobs, errors)
-}
-
-/// Regular files and links to files under `dir`, sorted; links to
-/// directories are not followed (no walk can loop).
-fn walk(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<String>) {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) => {
-            errors.push(format!("{}: {e}", dir.display()));
-            return;
-        }
-    };
-    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    paths.sort();
-    for p in paths {
-        let Ok(m) = std::fs::symlink_metadata(&p) else {
-            continue;
-        };
-        if m.is_dir() {
-            walk(&p, files, errors);
-        } else if m.is_file() || (m.file_type().is_symlink() && p.is_file()) {
-            files.push(p);
-        }
-    }
 }
 
 fn size(n: u64) -> String {

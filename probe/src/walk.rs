@@ -36,6 +36,9 @@ pub struct Input {
     /// Named on the command line (reported even without GPU code), rather
     /// than found in a directory.
     pub explicit: bool,
+    /// The file's other names the walk found (hard links and symbolic links
+    /// to it, after the first in sorted order).
+    pub also: Vec<PathBuf>,
 }
 
 /// What is done with each file found.
@@ -122,6 +125,7 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
                 Input {
                     path,
                     explicit: true,
+                    also: Vec::new(),
                 },
                 None,
             )),
@@ -131,11 +135,13 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
                     let input = Input {
                         path,
                         explicit: false,
+                        also: Vec::new(),
                     };
                     order.push((input, made));
                 }
                 Entry::Occupied(first) => {
-                    let first = &mut order[*first.get()].1;
+                    let (input, first) = &mut order[*first.get()];
+                    input.also.push(path);
                     if first.is_none() && matches!(made, Some(Made::Hidden)) {
                         *first = made;
                     }
@@ -407,6 +413,17 @@ mod tests {
         // lib.so.1 was inspected during the walk (as a/b/lib.so and c/hard),
         // then again under its first name; nothing else twice.
         assert_eq!(inspected, ["a/0-first", "a/b/lib.so", "c/hard", "c/other"]);
+        // The file's other names, in walk order.
+        let found = scan(
+            std::slice::from_ref(&root),
+            &Record(Mutex::new(Vec::new()), true),
+        );
+        let also: Vec<PathBuf> = ["a/b/lib.so", "a/b/lib.so.1", "c/hard"]
+            .iter()
+            .map(|n| root.join(n))
+            .collect();
+        assert_eq!(found.inputs[0].0.also, also);
+        assert!(found.inputs[1].0.also.is_empty());
         // Reports not shown are left out, and one made under any name will
         // do: nothing is inspected again.
         let (names, inspected) = walk(&root, Record(Mutex::new(Vec::new()), false));
