@@ -72,6 +72,7 @@ pub mod overrides;
 mod report;
 mod visible;
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Duration;
 
@@ -230,27 +231,15 @@ pub fn detect_with(config: &Config) -> Detection {
     let not_asked =
         |backend, why| BackendReport::new(backend, Status::Skipped, Some(Reason::Skipped(why)));
 
-    // AMD: HSA, else KFD; then HIP_VISIBLE_DEVICES. HSA is opened when it is
-    // named, or asked for and its kernel driver is here.
+    // AMD: HSA, else KFD; then HIP_VISIBLE_DEVICES.
     let want_amd = config.vendors.contains(Vendor::Amd);
-    let hsa_api = match (&config.hsa_library, want_amd) {
-        (Some(_), _) => Some(hsa::open(config.hsa_library.clone())),
-        (None, false) => None,
-        (None, true) => Some(nodes::look(Vendor::Amd, root).and_then(|()| hsa::open(None))),
-    };
+    let hsa_api = open_driver(&config.hsa_library, want_amd, Vendor::Amd, root, hsa::open);
     let (amd, mut hsa_report) = match hsa_api {
-        None => (Vec::new(), not_asked(Backend::Hsa, "no AMD GPU asked for")),
-        Some(Ok(api)) => on_thread(timeout, "the HSA runtime", Backend::Hsa, move || {
+        Ok(None) => (Vec::new(), not_asked(Backend::Hsa, "no AMD GPU asked for")),
+        Ok(Some(api)) => on_thread(timeout, "the HSA runtime", Backend::Hsa, move || {
             hsa::detect(api)
         }),
-        Some(Err(reason @ Reason::NoKernelDriver { .. })) => (
-            Vec::new(),
-            BackendReport::new(Backend::Hsa, Status::NoDevice, Some(reason)),
-        ),
-        Some(Err(reason)) => (
-            Vec::new(),
-            BackendReport::new(Backend::Hsa, Status::Unavailable, Some(reason)),
-        ),
+        Err(reason) => (Vec::new(), unopened(Backend::Hsa, reason)),
     };
     // Only a runtime that ran answers for KFD: without /dev/kfd the topology
     // is still read (a container may show it), as when HSA fails.
@@ -282,30 +271,23 @@ pub fn detect_with(config: &Config) -> Detection {
 
     // NVIDIA: the driver is opened when it is named, or asked for and its
     // kernel module is here.
-    let cuda_api = match (
+    let want_nvidia = config.vendors.contains(Vendor::Nvidia);
+    let cuda_api = open_driver(
         &config.cuda_library,
-        config.vendors.contains(Vendor::Nvidia),
-    ) {
-        (Some(_), _) => Some(cuda::open(config.cuda_library.clone())),
-        (None, false) => None,
-        (None, true) => Some(nodes::look(Vendor::Nvidia, root).and_then(|()| cuda::open(None))),
-    };
+        want_nvidia,
+        Vendor::Nvidia,
+        root,
+        cuda::open,
+    );
     let (nvidia, cuda_report) = match cuda_api {
-        None => (
+        Ok(None) => (
             Vec::new(),
             not_asked(Backend::Cuda, "no NVIDIA GPU asked for"),
         ),
-        Some(Ok(api)) => on_thread(timeout, "the CUDA driver", Backend::Cuda, move || {
+        Ok(Some(api)) => on_thread(timeout, "the CUDA driver", Backend::Cuda, move || {
             cuda::detect(api)
         }),
-        Some(Err(reason @ Reason::NoKernelDriver { .. })) => (
-            Vec::new(),
-            BackendReport::new(Backend::Cuda, Status::NoDevice, Some(reason)),
-        ),
-        Some(Err(reason)) => (
-            Vec::new(),
-            BackendReport::new(Backend::Cuda, Status::Unavailable, Some(reason)),
-        ),
+        Err(reason) => (Vec::new(), unopened(Backend::Cuda, reason)),
     };
     detection.backends.push(cuda_report);
 
@@ -320,6 +302,34 @@ pub fn detect_with(config: &Config) -> Detection {
         tracing::debug!(%report, "detection");
     }
     detection
+}
+
+/// A driver's library, opened when it is named (`named`: whatever the
+/// device nodes say), or asked for and `vendor`'s kernel driver is here;
+/// `Ok(None)` when neither.
+fn open_driver<A>(
+    named: &Option<PathBuf>,
+    asked: bool,
+    vendor: Vendor,
+    root: &Path,
+    open: impl FnOnce(Option<PathBuf>) -> Result<A, Reason>,
+) -> Result<Option<A>, Reason> {
+    match (named, asked) {
+        (Some(_), _) => open(named.clone()).map(Some),
+        (None, false) => Ok(None),
+        (None, true) => nodes::look(vendor, root).and_then(|()| open(None).map(Some)),
+    }
+}
+
+/// The report of a backend whose library was not opened: no device when no
+/// kernel driver is here, unavailable otherwise.
+fn unopened(backend: Backend, reason: Reason) -> BackendReport {
+    let status = if matches!(reason, Reason::NoKernelDriver { .. }) {
+        Status::NoDevice
+    } else {
+        Status::Unavailable
+    };
+    BackendReport::new(backend, status, Some(reason))
 }
 
 /// Applies the visible-devices list `variable` = `list` ([`visible::hip`])
