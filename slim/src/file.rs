@@ -143,7 +143,15 @@ pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> F
         },
         Destination::To(p) => p.clone(),
     };
-    match write_verified(&target, path, &output, &sections, options, destination) {
+    match write_verified(
+        &target,
+        path,
+        &output,
+        &sections,
+        &plan.chosen,
+        options,
+        destination,
+    ) {
         Ok(()) => report.written = true,
         Err(e) => {
             report.error = Some(e);
@@ -157,6 +165,8 @@ pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> F
 /// devices find no image in a container of their kind.
 struct Plan {
     keep: BTreeSet<(u64, usize)>,
+    /// Per device, the images it selects, in order: (container offset, index).
+    chosen: Vec<Vec<(u64, usize)>>,
     /// (container offset, image index) → `device: why not`, for reports.
     reasons: BTreeMap<(u64, usize), Vec<String>>,
     missing: Vec<(String, String, u64)>,
@@ -164,6 +174,7 @@ struct Plan {
 
 fn plan(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
     let mut keep = BTreeSet::new();
+    let mut chosen = vec![Vec::new(); options.devices.len()];
     let mut reasons: BTreeMap<(u64, usize), Vec<String>> = BTreeMap::new();
     let mut missing = Vec::new();
     for s in sections {
@@ -175,11 +186,12 @@ fn plan(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
                     .any(|i| i.triple.gpu_vendor() == Some(v))
             };
             let kernel_less = scope.containers().iter().all(|c| c.is_kernel_less());
-            for device in &options.devices {
+            for (d, device) in options.devices.iter().enumerate() {
                 let selection = select(device, &scope, &Policy::default());
                 if let Some(i) = selection.chosen {
                     if let Some((c, j)) = scope.locate(i) {
                         keep.insert((c.offset(), j));
+                        chosen[d].push((c.offset(), j));
                     }
                 } else if targets(device.vendor()) && !kernel_less {
                     let at = scope.containers().first().map_or(0, |c| c.offset());
@@ -217,6 +229,7 @@ fn plan(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
     }
     Plan {
         keep,
+        chosen,
         reasons,
         missing,
     }
@@ -274,16 +287,22 @@ fn selected<'c, 'a>(
 }
 
 /// Whether every device selects, from `after`, byte-identical images to
-/// those it selects from `before`, in the same order. The bytes are
-/// compared directly (a stored image is borrowed from the mapping; a
+/// those the plan found it selects in `before`, in the same order. The bytes
+/// are compared directly (a stored image is borrowed from the mapping; a
 /// compressed one is inflated, one at a time).
 fn same_selections(
     before: &[SectionContainers<'_>],
+    chosen: &[Vec<(u64, usize)>],
     after: &[SectionContainers<'_>],
     devices: &[DeviceTarget],
 ) -> Result<(), String> {
-    for device in devices {
-        let (b, a) = (selected(before, device), selected(after, device));
+    let containers: BTreeMap<u64, &offload_loader::Container<'_>> = before
+        .iter()
+        .flat_map(|s| s.containers.iter().flatten())
+        .map(|c| (c.offset(), c))
+        .collect();
+    for (device, b) in devices.iter().zip(chosen) {
+        let a = selected(after, device);
         if b.len() != a.len() {
             return Err(format!(
                 "{device} selects {} images from the result, {} from the original",
@@ -291,7 +310,10 @@ fn same_selections(
                 b.len()
             ));
         }
-        for ((bc, bi), (ac, ai)) in b.into_iter().zip(a) {
+        for (&(offset, bi), (ac, ai)) in b.iter().zip(a) {
+            let bc = *containers
+                .get(&offset)
+                .ok_or("a selected image's container is not in the original")?;
             let old = bc.take_image(bi).map_err(|e| e.to_string())?;
             let new = ac
                 .take_image(ai)
@@ -316,6 +338,7 @@ fn write_verified(
     original: &Path,
     output: &crate::Output<'_>,
     sections: &[SectionContainers<'_>],
+    chosen: &[Vec<(u64, usize)>],
     options: &Options,
     destination: &Destination,
 ) -> Result<(), String> {
@@ -352,7 +375,7 @@ fn write_verified(
         let new_sections = written
             .containers(&options.limits)
             .map_err(|e| format!("reading the result back: {e}"))?;
-        same_selections(sections, &new_sections, &options.devices)
+        same_selections(sections, chosen, &new_sections, &options.devices)
             .map_err(|e| format!("verification failed: {e}; nothing written"))?;
         fs::rename(&temp, target).map_err(|e| format!("{}: {e}", target.display()))?;
         // The rename itself reaches the disk before we say it is done.
