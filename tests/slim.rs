@@ -345,20 +345,37 @@ fn nvcc_programs_keep_the_selected_cubins_and_the_ptx_asked_for() {
     if probe().is_none() {
         return;
     }
-    let args = [
-        "-gencode",
-        "arch=compute_80,code=sm_80",
-        "-gencode",
-        "arch=compute_90a,code=sm_90a",
-        "-gencode",
-        "arch=compute_90,code=compute_90",
-        "-gencode",
-        "arch=compute_100a,code=sm_100a",
-    ];
-    let Some(exe) = cuda.program_with_loader(&args) else {
-        return;
-    };
-    let original = cuda.cuobjdump_extract(&exe, "all");
+    // Plain entries, and --concat groups (which lose members: the group is
+    // written again).
+    for concat in [false, true] {
+        let mut args = vec![
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90a,code=sm_90a",
+            "-gencode",
+            "arch=compute_90,code=compute_90",
+            "-gencode",
+            "arch=compute_100a,code=sm_100a",
+        ];
+        if concat {
+            args.push("--concat");
+        }
+        let Some(exe) = cuda.program_with_loader(&args) else {
+            return;
+        };
+        nvcc_program_slims(&cuda, &e, &exe, concat);
+    }
+}
+
+/// `exe` (sm_80, sm_90a, sm_100a cubins, compute_90 PTX) slimmed for 9.0
+/// and 8.6 devices.
+fn nvcc_program_slims(cuda: &Cuda, e: &Loader, exe: &Path, concat: bool) {
+    let original = cuda.cuobjdump_extract(exe, "all");
+    if concat {
+        let grouped = cuda.cuobjdump_entries(exe).iter().any(|l| l.member);
+        assert!(grouped, "nvcc --concat wrote no group");
+    }
     // A 9.0 device selects the sm_90a cubin; the compute_90 PTX could JIT
     // for it too, and is kept with --keep-ptx; sm_80 and sm_100a go.
     let cubin_90a: Vec<_> = original
@@ -373,12 +390,12 @@ fn nvcc_programs_keep_the_selected_cubins_and_the_ptx_asked_for() {
         original.iter().map(|o| (&o.1, &o.2)).collect::<Vec<_>>()
     );
     for (extra, want) in [(&[][..], 1usize), (&["--keep-ptx"][..], 2)] {
-        let out = slimmed(&exe, &["sm_90"], extra);
+        let out = slimmed(exe, &["sm_90"], extra);
         let kept = cuda.cuobjdump_extract(&out, "all");
         assert_eq!(
             kept.len(),
             want,
-            "{extra:?}: {:?}",
+            "concat {concat}, {extra:?}: {:?}",
             kept.iter().map(|o| (&o.1, &o.2)).collect::<Vec<_>>()
         );
         for k in &kept {
@@ -392,10 +409,10 @@ fn nvcc_programs_keep_the_selected_cubins_and_the_ptx_asked_for() {
             );
         }
         assert!(kept.iter().any(|k| k.2 == "cubin" && k.1 == "sm_90a"));
-        elflint_clean(&exe, &out);
+        elflint_clean(exe, &out);
     }
     // The slimmed program still runs on an 8.6 device (the sm_80 cubin).
-    let out = slimmed(&exe, &["sm_86"], &[]);
+    let out = slimmed(exe, &["sm_86"], &[]);
     let log = scratch("slim-nvcc").join("log");
     let text = output_text(&mut e.fake_cuda(&out, "8.6", &log));
     assert!(text.contains("kernel add_one: resolved"), "{text}");

@@ -170,15 +170,24 @@ fn every_rocsparse_bundle_writes_back_the_same_bytes() {
 fn check_fatbin(cuda: &Cuda, original: &Path) {
     let data = std::fs::read(original).unwrap();
     let fatbin = NvFatbin::parse(&data, &Limits::default()).unwrap();
-    assert!(nv_fatbin::write::keep(&fatbin, |_| true) == data[..fatbin.len() as usize]);
-    let top: Vec<usize> = (0..fatbin.entries().len())
-        .filter(|&i| fatbin.entries()[i].group.is_none())
-        .collect();
+    let limits = Limits::default();
+    assert!(
+        nv_fatbin::write::keep(&fatbin, |_| true, &limits).unwrap()
+            == data[..fatbin.len() as usize]
+    );
+    // Every entry and group member that is code, and every group.
+    let droppable: Vec<usize> = (0..fatbin.entries().len()).collect();
     let listed = cuda.cuobjdump_list(original);
     let extracted = cuda.cuobjdump_extract(original, "all");
     assert_eq!(listed.len(), extracted.len());
-    for &drop in &top {
-        let out = nv_fatbin::write::keep(&fatbin, |i| i != drop);
+    for &drop in &droppable {
+        let entries = fatbin.entries();
+        let out = nv_fatbin::write::keep(
+            &fatbin,
+            |i| i != drop && entries[i].group != Some(drop),
+            &limits,
+        )
+        .unwrap();
         let file = temp_file(&out);
         let fewer = cuda.cuobjdump_extract(&file, "all");
         // Every kept code object is one of the original's, byte for byte,
@@ -207,6 +216,28 @@ fn check_fatbin(cuda: &Cuda, original: &Path) {
             .max(1);
         assert_eq!(all.len() - kept.len(), members, "dropping entry {drop}");
     }
+    // Each code entry alone (a group member: its group rebuilt with it
+    // alone): cuobjdump extracts exactly it.
+    let code: Vec<usize> = (0..fatbin.entries().len())
+        .filter(|&i| fatbin.entries()[i].kind != nv_fatbin::kind::CONCAT)
+        .collect();
+    assert_eq!(code.len(), extracted.len());
+    for &only in &code {
+        let out = nv_fatbin::write::keep(&fatbin, |i| i == only, &limits).unwrap();
+        let alone = cuda.cuobjdump_extract(&temp_file(&out), "all");
+        assert_eq!(alone.len(), 1, "keeping entry {only} alone");
+        let (_, arch, kind, bytes) = &alone[0];
+        // The reader's PTX carries the NUL the driver needs; cuobjdump's not.
+        let code = fatbin.code(only, &limits).unwrap();
+        let code = match kind.as_str() {
+            "ptx" => code.strip_suffix(b"\0").unwrap_or(&code).to_vec(),
+            _ => code.to_vec(),
+        };
+        assert!(
+            *bytes == code,
+            "entry {only} ({arch} {kind}) is not the original's"
+        );
+    }
 }
 
 #[test]
@@ -226,7 +257,9 @@ fn fat_binaries_with_entries_removed_list_in_cuobjdump_as_the_kept_entries() {
     // --concat groups and LZ4 entries.
     let mut concat = multi.to_vec();
     concat.extend(["--concat", "--compress-mode=speed"]);
-    check_fatbin(&cuda, &cuda.nvcc(&concat, NvOutput::Fatbin));
+    let grouped = cuda.nvcc(&concat, NvOutput::Fatbin);
+    assert!(cuda.cuobjdump_entries(&grouped).iter().any(|l| l.member));
+    check_fatbin(&cuda, &grouped);
 }
 
 #[test]
@@ -244,7 +277,7 @@ fn cusparse_fat_binaries_write_back_the_same_bytes() {
             };
             let at = container.offset() as usize;
             let bytes = &file.bytes()[at..at + container.len() as usize];
-            assert!(nv_fatbin::write::keep(fatbin, |_| true) == bytes);
+            assert!(nv_fatbin::write::keep(fatbin, |_| true, &limits).unwrap() == bytes);
             fatbins += 1;
         }
     }
@@ -401,7 +434,7 @@ fn fat_binaries_with_entries_removed_are_what_fatbinary_writes() {
         assert_eq!(read.entries().len(), 4);
         for mask in 1u8..16 {
             let keep: Vec<bool> = (0..4).map(|i| mask & (1 << i) != 0).collect();
-            let ours = nv_fatbin::write::keep(&read, |i| keep[i]);
+            let ours = nv_fatbin::write::keep(&read, |i| keep[i], &Limits::default()).unwrap();
             let theirs = create(&keep, compress, &format!("subset-{mask}.fatbin"));
             assert!(
                 ours == theirs,

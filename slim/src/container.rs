@@ -2,7 +2,7 @@
 //! re-laid with the bundler's own alignment (its code objects borrowed from
 //! the input), a `CCOB` inflated, re-laid and compressed again with its
 //! version and method, an NVIDIA fat binary with the kept entries byte for
-//! byte (a `--concat` group is kept whole when any member is), an offload
+//! byte (a `--concat` group written again with its kept members), an offload
 //! binary with its kept entries (LLVM's layout, its version kept), or dropped
 //! whole when its scope is served by other binaries. What cannot be rewritten
 //! is left whole, with the reason.
@@ -164,30 +164,30 @@ pub fn rewrite<'a>(
             let Some(fatbin) = container.nv_fatbin() else {
                 return Rewrite::whole(bytes, "its fat binary could not be read again");
             };
+            // Entries that hold no image (kinds not known) stay.
             let entries = fatbin.entries();
-            // Top-level entries holding a kept image (a member's group), and
-            // every entry that holds no image at all.
-            let mut top_kept = vec![false; entries.len()];
-            let mut holds_image = vec![false; entries.len()];
+            let mut entry_kept = vec![true; entries.len()];
             for i in 0..images.len() {
                 let Some(entry) = container.nv_entry(i) else {
                     continue;
                 };
-                let Some(at) = entries.iter().position(|e| e == entry) else {
-                    continue;
-                };
-                let top = entry.group.unwrap_or(at);
-                holds_image[top] = true;
-                if kept(i) {
-                    top_kept[top] = true;
+                if let Some(at) = entries.iter().position(|e| e == entry) {
+                    entry_kept[at] = kept(i);
                 }
             }
-            let out = nv_fatbin::write::keep(fatbin, |i| top_kept[i] || !holds_image[i]);
-            let mut output = Output::default();
-            output.push(Piece::Owned(out));
-            Rewrite {
-                outcome: Outcome::Rewritten,
-                output,
+            match nv_fatbin::write::keep(fatbin, |i| entry_kept[i], limits) {
+                Ok(out) => {
+                    let mut output = Output::default();
+                    output.push(Piece::Owned(out));
+                    Rewrite {
+                        outcome: Outcome::Rewritten,
+                        output,
+                    }
+                }
+                Err(e) => Rewrite::whole(
+                    bytes,
+                    format!("a --concat group of it does not inflate: {e}"),
+                ),
             }
         }
         Format::OffloadBinary => {
