@@ -657,3 +657,173 @@ fn openmp_programs_lose_the_device_images_no_device_loads() {
         );
     }
 }
+
+/// A file with two offload sections (`.hip_fatbin` from a HIP object,
+/// `.nv_fatbin` from an nvcc one), as a shared library, a relocatable
+/// object (`ld -r`) and an archive of it: one run compacts both, for an AMD
+/// and an NVIDIA device. `roc-obj-ls` and `cuobjdump` list exactly the kept
+/// code objects, byte for byte; the library `dlopen`s with the same
+/// dynamic symbols; the program linked from the object runs.
+#[test]
+fn one_run_compacts_every_offload_section() {
+    let Some(cuda) = cuda() else { return };
+    let Some(e) = loader() else { return };
+    if probe().is_none() {
+        return;
+    }
+    let dir = temp_dir();
+    let hip_src = dir.join("app_big.hip");
+    std::fs::write(&hip_src, big_source()).unwrap();
+    let hip_o = dir.join("hip.o");
+    run_ok(
+        Command::new(&e.tc.clang)
+            .args(["-x", "hip", "-c", "-fPIC"])
+            .args(["--offload-arch=gfx90a", "--offload-arch=gfx1100"])
+            .args(["-nogpulib", "-nogpuinc"])
+            .arg(format!(
+                "-I{}",
+                workspace().join("tests/programs").display()
+            ))
+            .arg(format!("-I{}", workspace().join("ffi/include").display()))
+            .arg(&hip_src)
+            .arg("-o")
+            .arg(&hip_o),
+    );
+    // 32 KiB of device data per cubin, so that a cubin gone frees pages.
+    let words: Vec<String> = (0u64..4096)
+        .map(|i| format!("{:#x}ull", i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+        .collect();
+    let cu_src = dir.join("lib.cu");
+    std::fs::write(
+        &cu_src,
+        std::fs::read_to_string(program("cuda_lib.cu")).unwrap()
+            + &format!(
+                "__device__ unsigned long long cuda_pad[4096] = {{{}}};\n",
+                words.join(",")
+            ),
+    )
+    .unwrap();
+    let cu_o = dir.join("cu.o");
+    let path = format!(
+        "{}:{}",
+        cuda.bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    run_ok(
+        Command::new(&cuda.nvcc)
+            .env("PATH", &path)
+            .args(["-c", "-cudart", "none", "-Xcompiler", "-fPIC"])
+            .args(["-gencode", "arch=compute_80,code=sm_80"])
+            .args(["-gencode", "arch=compute_90a,code=sm_90a"])
+            .arg(&cu_src)
+            .arg("-o")
+            .arg(&cu_o),
+    );
+    let stub = dir.join("stub.c");
+    std::fs::write(&stub, "int hipLaunchKernel(void) { return 0; }\nint __hipPopCallConfiguration(void) { return 0; }\n").unwrap();
+    let stub_o = dir.join("stub.o");
+    run_ok(
+        Command::new(&e.tc.clang)
+            .args(["-c", "-fPIC"])
+            .arg(&stub)
+            .arg("-o")
+            .arg(&stub_o),
+    );
+    let link_loader = |cmd: &mut Command| {
+        cmd.arg(format!("-L{}", e.build_dir.display()))
+            .arg("-loffload_loader")
+            .arg(format!("-Wl,-rpath,{}", e.build_dir.display()))
+            // nvcc's registration code guards its statics (__cxa_guard_*).
+            .arg("-lstdc++");
+    };
+    let lib = dir.join("libmixed.so");
+    let mut cmd = Command::new(&e.tc.clang);
+    cmd.arg("-shared").args([&hip_o, &cu_o, &stub_o]);
+    link_loader(&mut cmd);
+    run_ok(cmd.arg("-o").arg(&lib));
+    let obj = dir.join("mixed.o");
+    run_ok(
+        Command::new("ld")
+            .arg("-r")
+            .args([&hip_o, &cu_o])
+            .arg("-o")
+            .arg(&obj),
+    );
+    let archive = dir.join("libmixed.a");
+    run_ok(Command::new("ar").arg("rcs").arg(&archive).arg(&obj));
+
+    let devices = ["--device", "gfx1100", "--device", "sm_90"];
+    for input in [&lib, &obj, &archive] {
+        let out_dir = temp_dir();
+        let mut args = vec![
+            input.to_str().unwrap(),
+            "--output",
+            out_dir.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend(devices);
+        let (code, text) = slim(&args);
+        assert_eq!(code, 0, "{text}");
+        let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let file = &report["files"][0];
+        assert_eq!(
+            file["sections_left"].as_array().map(Vec::len),
+            Some(0),
+            "{text}"
+        );
+        let rewritten: Vec<&str> = file["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["outcome"] == "rewritten")
+            .map(|c| c["section"].as_str().unwrap())
+            .collect();
+        assert!(
+            rewritten.iter().any(|s| s.contains(".hip_fatbin"))
+                && rewritten.iter().any(|s| s.contains(".nv_fatbin")),
+            "{input:?}: {text}"
+        );
+        let out = out_dir.join(input.file_name().unwrap());
+        // Each section freed at least 32 KiB.
+        let (before, after) = (
+            std::fs::metadata(input).unwrap().len(),
+            std::fs::metadata(&out).unwrap().len(),
+        );
+        assert!(after + 2 * 32768 < before, "{input:?}: {before} -> {after}");
+        // cuobjdump: the sm_90a cubin alone, the original's bytes.
+        let kept = cuda.cuobjdump_extract(&out, "all");
+        let original = cuda.cuobjdump_extract(input, "all");
+        assert_eq!(kept.len(), 1, "{input:?}: {kept:?}");
+        assert_eq!(kept[0].1, "sm_90a");
+        assert!(original
+            .iter()
+            .any(|o| o.1 == kept[0].1 && o.3 == kept[0].3));
+        if input == &lib {
+            // roc-obj-ls: the host entry and gfx1100, the original's bytes.
+            if let (Some(before), Some(after)) = (roc_objects(input), roc_objects(&out)) {
+                let ids: Vec<&str> = after.iter().map(|k| k.1.as_str()).collect();
+                assert_eq!(ids.len(), 2, "{ids:?}");
+                assert!(ids[0].starts_with("host-x86_64"), "{ids:?}");
+                assert_eq!(ids[1], "hipv4-amdgcn-amd-amdhsa--gfx1100");
+                for k in &after {
+                    assert!(before.iter().any(|b| b.1 == k.1 && b.2 == k.2));
+                }
+            }
+            assert_eq!(dynamic_symbols(&out), dynamic_symbols(input));
+            elflint_clean(input, &out);
+            assert_eq!(dlopen(input), None);
+            assert_eq!(dlopen(&out), None);
+        }
+        if input == &obj {
+            elflint_clean(input, &out);
+            let exe = dir.join("mixed");
+            let mut cmd = Command::new(&e.tc.clang);
+            cmd.arg(&out).arg(&stub_o);
+            link_loader(&mut cmd);
+            run_ok(cmd.arg("-o").arg(&exe));
+            let text = output_text(Command::new(&exe).env("OFFLOAD_LOADER_DEVICES", "gfx1100"));
+            assert!(text.contains("app device=gfx1100"), "{text}");
+            assert!(text.contains("target=gfx1100"), "{text}");
+        }
+    }
+}

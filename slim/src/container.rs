@@ -41,9 +41,10 @@ pub struct Rewrite<'a> {
 
 impl<'a> Rewrite<'a> {
     fn same(bytes: &'a [u8], outcome: Outcome) -> Rewrite<'a> {
-        let mut output = Output::default();
-        output.push(Piece::Copy(bytes));
-        Rewrite { outcome, output }
+        Rewrite {
+            outcome,
+            output: Output::whole(bytes),
+        }
     }
 
     fn whole(bytes: &'a [u8], why: impl Into<String>) -> Rewrite<'a> {

@@ -110,44 +110,112 @@ pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> F
             return report;
         }
     };
-    let plan = plan(&sections, options);
+    let plan = choose(&sections, options);
     report.missing = plan.missing.clone();
-    let keep = |s: &SectionContainers<'_>, c: &offload_loader::Container<'_>| {
-        let _ = s;
-        let n = c.images().len();
-        Some(
-            (0..n)
-                .map(|i| plan.keep.contains(&(c.offset(), i)))
-                .collect::<Vec<bool>>(),
-        )
-    };
-    let slimmed = crate::slim(data, &sections, &keep, &options.limits);
-    report.sections_left = slimmed.sections_left;
-    report.containers = slimmed
+    let first = crate::slim(data, &sections, &plan.keep_fn(), &options.limits);
+    report.sections_left = first.sections_left;
+    report.containers = first
         .containers
         .into_iter()
         .map(|r| summarise(r, &sections, &plan))
         .collect();
-    let Some(output) = slimmed.output else {
+    let Some(output) = first.output else {
         return report;
     };
+    if first.deferred.is_empty() {
+        finish(&mut report, output, &sections, &plan, options, destination);
+        return report;
+    }
+    // More than one section to compact: each further pass works on the
+    // previous pass's result, kept in an unlinked scratch file. Sections keep
+    // their order and names from pass to pass.
+    let scratch = match scratch_dir(path, destination) {
+        Ok(d) => d,
+        Err(e) => {
+            report.error = Some(e);
+            return report;
+        }
+    };
+    let mut current = match scratch_copy(&scratch, path, &output) {
+        Ok(f) => f,
+        Err(e) => {
+            report.error = Some(e);
+            return report;
+        }
+    };
+    drop(output);
+    // Each pass compacts at least one section, or is the last.
+    for _ in 0..sections.len() {
+        let now = match current.containers(&options.limits) {
+            Ok(s) => s,
+            Err(e) => {
+                report.error = Some(format!("reading a pass's result back: {e}"));
+                return report;
+            }
+        };
+        let pass_plan = choose(&now, options);
+        let crate::Slimmed {
+            output,
+            containers,
+            sections_left,
+            deferred,
+        } = crate::slim(current.bytes(), &now, &pass_plan.keep_fn(), &options.limits);
+        report.sections_left = sections_left;
+        let summaries: Vec<ContainerSummary> = containers
+            .into_iter()
+            .map(|r| summarise(r, &now, &pass_plan))
+            .collect();
+        merge(&mut report.containers, summaries, &now, &sections);
+        let output = match output {
+            Some(out) if !deferred.is_empty() => match scratch_copy(&scratch, path, &out) {
+                Ok(f) => {
+                    drop(out);
+                    current = f;
+                    continue;
+                }
+                Err(e) => {
+                    report.error = Some(e);
+                    return report;
+                }
+            },
+            Some(out) => out,
+            None => crate::Output::whole(current.bytes()),
+        };
+        finish(&mut report, output, &sections, &plan, options, destination);
+        return report;
+    }
+    let output = crate::Output::whole(current.bytes());
+    finish(&mut report, output, &sections, &plan, options, destination);
+    report
+}
+
+/// The result `output` reported, and written where `destination` says
+/// (read back and verified against the original's `sections` first).
+fn finish(
+    report: &mut FileReport,
+    output: crate::Output<'_>,
+    sections: &[SectionContainers<'_>],
+    plan: &Plan,
+    options: &Options,
+    destination: &Destination,
+) {
     report.after = output.len();
     let target = match destination {
-        Destination::DryRun => return report,
-        Destination::InPlace { .. } => match fs::canonicalize(path) {
+        Destination::DryRun => return,
+        Destination::InPlace { .. } => match fs::canonicalize(&report.path) {
             Ok(p) => p,
             Err(e) => {
-                report.error = Some(format!("{}: {e}", path.display()));
-                return report;
+                report.error = Some(format!("{}: {e}", report.path.display()));
+                return;
             }
         },
         Destination::To(p) => p.clone(),
     };
     match write_verified(
         &target,
-        path,
+        &report.path,
         &output,
-        &sections,
+        sections,
         &plan.chosen,
         options,
         destination,
@@ -158,7 +226,90 @@ pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> F
             report.after = report.before;
         }
     }
-    report
+}
+
+/// Where a pass's result waits for the next pass: beside the destination
+/// (the same file system), or the temporary directory for a dry run.
+fn scratch_dir(path: &Path, destination: &Destination) -> Result<PathBuf, String> {
+    let dir = match destination {
+        Destination::DryRun => return Ok(std::env::temp_dir()),
+        Destination::InPlace { .. } => fs::canonicalize(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        Destination::To(p) => p
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+    };
+    fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// `output` written to a scratch file in `dir`, mapped, and unlinked: the
+/// mapping is all that is left of it.
+fn scratch_copy(dir: &Path, path: &Path, output: &crate::Output<'_>) -> Result<MappedFile, String> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("slim");
+    let temp = dir.join(format!(".{name}.slim-pass-{}", std::process::id()));
+    let io = |e: std::io::Error| format!("{}: {e}", temp.display());
+    let result = (|| {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+            .map_err(io)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        output.write_to(&mut w).map_err(io)?;
+        w.flush().map_err(io)?;
+        drop(w);
+        MappedFile::open(&temp).map_err(|e| format!("reading a pass's result back: {e}"))
+    })();
+    let _ = fs::remove_file(&temp);
+    result
+}
+
+/// Puts a later pass's summaries of the sections it rewrote in place of
+/// those the report had, their offsets those of the original file (`now`
+/// and `original` list the same sections, in the same order).
+fn merge(
+    report: &mut Vec<ContainerSummary>,
+    pass: Vec<ContainerSummary>,
+    now: &[SectionContainers<'_>],
+    original: &[SectionContainers<'_>],
+) {
+    let rewritten: BTreeSet<String> = pass
+        .iter()
+        .filter(|c| matches!(c.report.outcome, Outcome::Rewritten | Outcome::Removed))
+        .map(|c| c.report.section.clone())
+        .collect();
+    for section in rewritten {
+        let at = report
+            .iter()
+            .position(|c| c.report.section == section)
+            .unwrap_or(report.len());
+        report.retain(|c| c.report.section != section);
+        let mut new: Vec<ContainerSummary> = pass
+            .iter()
+            .filter(|c| c.report.section == section)
+            .cloned()
+            .collect();
+        for c in &mut new {
+            c.report.offset = remap(c.report.offset, now, original);
+        }
+        let at = at.min(report.len());
+        report.splice(at..at, new);
+    }
+}
+
+/// `offset` (in a pass's result, whose sections are `now`) as the same
+/// place in the original, whose sections are `original`.
+fn remap(offset: u64, now: &[SectionContainers<'_>], original: &[SectionContainers<'_>]) -> u64 {
+    for (a, b) in now.iter().zip(original) {
+        let s = &a.section;
+        if s.file_offset <= offset && offset < s.file_offset + s.size && s.name == b.section.name {
+            return b.section.file_offset + (offset - s.file_offset);
+        }
+    }
+    offset
 }
 
 /// Which images to keep: (container offset, image index), and which
@@ -172,7 +323,26 @@ struct Plan {
     missing: Vec<(String, String, u64)>,
 }
 
-fn plan(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
+impl Plan {
+    /// The keep-mask of each container, for [`crate::slim`].
+    fn keep_fn(
+        &self,
+    ) -> impl Fn(&SectionContainers<'_>, &offload_loader::Container<'_>) -> Option<Vec<bool>> + '_
+    {
+        |_, c| {
+            let n = c.images().len();
+            Some(
+                (0..n)
+                    .map(|i| self.keep.contains(&(c.offset(), i)))
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// What each device selects in `sections` (`offload_loader::select`), and
+/// so which images stay.
+fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
     let mut keep = BTreeSet::new();
     let mut chosen = vec![Vec::new(); options.devices.len()];
     let mut reasons: BTreeMap<(u64, usize), Vec<String>> = BTreeMap::new();

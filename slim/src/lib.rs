@@ -59,8 +59,12 @@ pub struct Slimmed<'a> {
     /// Each container of each offload section.
     pub containers: Vec<ContainerReport>,
     /// Sections left as they were though some of their images could go, and
-    /// why (a layout that cannot be compacted safely, a second section).
+    /// why (a layout that cannot be compacted safely).
     pub sections_left: Vec<(String, String)>,
+    /// Sections that could be compacted but wait for the next pass: one
+    /// section is compacted per file (or archive member) and pass
+    /// ([`slim_file`] runs passes until none waits).
+    pub deferred: Vec<String>,
 }
 
 /// Slims `data` (a whole file), whose offload sections are `sections`
@@ -69,9 +73,9 @@ pub struct Slimmed<'a> {
 /// [`Container::images`]); `None` leaves the container alone.
 ///
 /// A raw container file is rewritten whole; an ELF file has its offload
-/// section compacted (one per run: the one that frees most, the others are
-/// reported in [`Slimmed::sections_left`]); an archive has each member
-/// compacted so, and its symbol index moved with the members.
+/// section compacted (one per pass: the one that frees most, the others are
+/// [`Slimmed::deferred`]); an archive has each member compacted so, and its
+/// symbol index moved with the members.
 pub fn slim<'a>(
     data: &'a [u8],
     sections: &[SectionContainers<'a>],
@@ -151,10 +155,16 @@ pub fn slim<'a>(
     }
     candidates.sort_by_key(|c| std::cmp::Reverse(c.2));
     let mut compacted = Vec::new();
+    let mut deferred = Vec::new();
+    let mut done = Done {
+        left: &mut left,
+        compacted: &mut compacted,
+        deferred: &mut deferred,
+    };
     let output = if archive::is_archive(data) {
-        archive_output(data, sections, candidates, &mut left, &mut compacted)
+        archive_output(data, sections, candidates, &mut done)
     } else {
-        file_output(data, sections, candidates, &mut left, &mut compacted)
+        file_output(data, sections, candidates, &mut done)
     };
     // Containers of a section that was not rewritten are as they were.
     for r in &mut reports {
@@ -170,7 +180,16 @@ pub fn slim<'a>(
         output,
         containers: reports,
         sections_left: left,
+        deferred,
     }
+}
+
+/// What became of the candidate sections: left (with why), compacted, or
+/// deferred to the next pass.
+struct Done<'r> {
+    left: &'r mut Vec<(String, String)>,
+    compacted: &'r mut Vec<String>,
+    deferred: &'r mut Vec<String>,
 }
 
 /// A section's name in reports: `member.o(.hip_fatbin)` in an archive.
@@ -186,27 +205,23 @@ fn file_output<'a>(
     data: &'a [u8],
     sections: &[SectionContainers<'a>],
     candidates: Vec<(usize, Vec<elf::Placed<'a>>, u64)>,
-    left: &mut Vec<(String, String)>,
-    compacted: &mut Vec<String>,
+    done: &mut Done<'_>,
 ) -> Option<Output<'a>> {
     let mut output = None;
     for (si, placed, _) in candidates {
         let name = section_name(&sections[si].section);
         let s = &sections[si].section;
         if output.is_some() {
-            left.push((
-                name,
-                "one offload section is compacted per run: run again".into(),
-            ));
+            done.deferred.push(name);
             continue;
         }
         match compact(data, s.file_offset, s.size, placed) {
             Ok(Some(out)) => {
                 output = Some(out);
-                compacted.push(name);
+                done.compacted.push(name);
             }
-            Ok(None) => left.push((name, "it frees less than a page".into())),
-            Err(e) => left.push((name, e.to_string())),
+            Ok(None) => done.left.push((name, "it frees less than a page".into())),
+            Err(e) => done.left.push((name, e.to_string())),
         }
     }
     output
@@ -218,14 +233,14 @@ fn archive_output<'a>(
     data: &'a [u8],
     sections: &[SectionContainers<'a>],
     candidates: Vec<(usize, Vec<elf::Placed<'a>>, u64)>,
-    left: &mut Vec<(String, String)>,
-    compacted: &mut Vec<String>,
+    done: &mut Done<'_>,
 ) -> Option<Output<'a>> {
     let members = match archive::members(data) {
         Ok(m) => m,
         Err(e) => {
             for (si, _, _) in candidates {
-                left.push((section_name(&sections[si].section), e.to_string()));
+                done.left
+                    .push((section_name(&sections[si].section), e.to_string()));
             }
             return None;
         }
@@ -239,24 +254,21 @@ fn archive_output<'a>(
             .enumerate()
             .find(|(_, m)| m.data <= s.file_offset && s.file_offset + s.size <= m.data + m.size)
         else {
-            left.push((name, "it lies in no member".into()));
+            done.left.push((name, "it lies in no member".into()));
             continue;
         };
         if new.contains_key(&mi) {
-            left.push((
-                name,
-                "one offload section is compacted per member and run: run again".into(),
-            ));
+            done.deferred.push(name);
             continue;
         }
         let bytes = &data[m.data as usize..(m.data + m.size) as usize];
         match compact(bytes, s.file_offset - m.data, s.size, placed) {
             Ok(Some(out)) => {
                 new.insert(mi, out);
-                compacted.push(name);
+                done.compacted.push(name);
             }
-            Ok(None) => left.push((name, "it frees less than a page".into())),
-            Err(e) => left.push((name, e.to_string())),
+            Ok(None) => done.left.push((name, "it frees less than a page".into())),
+            Err(e) => done.left.push((name, e.to_string())),
         }
     }
     if new.is_empty() {
@@ -265,7 +277,8 @@ fn archive_output<'a>(
     match archive::rewrite(data, &members, new) {
         Ok(out) => Some(out),
         Err(e) => {
-            left.push(("archive".into(), e.to_string()));
+            done.left.push(("archive".into(), e.to_string()));
+            done.deferred.clear();
             None
         }
     }

@@ -40,6 +40,13 @@ pub struct Output<'a> {
 }
 
 impl<'a> Output<'a> {
+    /// All of `bytes`, as they are.
+    pub fn whole(bytes: &'a [u8]) -> Output<'a> {
+        let mut output = Output::default();
+        output.push(Piece::Copy(bytes));
+        output
+    }
+
     /// Appends `piece` (an empty one is dropped).
     pub fn push(&mut self, piece: Piece<'a>) {
         if !piece.is_empty() {
