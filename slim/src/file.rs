@@ -585,3 +585,114 @@ impl FileReport {
             .filter(|c| matches!(c.report.outcome, Outcome::Whole(_)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use offload_loader::bundle::{self, Bundle};
+
+    /// A clang-22 bundle: host, gfx11-generic, gfx1100, gfx90a:xnack-.
+    const BUNDLE: &[u8] = include_bytes!("../../fuzz/corpus/bundle/plain");
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("offload-slim-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn options() -> Options {
+        Options {
+            devices: vec![DeviceTarget::parse("gfx1100").unwrap()],
+            keep_ptx: false,
+            limits: Limits::default(),
+        }
+    }
+
+    /// What is in `dir`, by name.
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A result in which the device would load other bytes, or nothing, is
+    /// refused by the read-back: nothing is written and no temporary file
+    /// is left; the right result is written.
+    #[test]
+    fn a_result_that_loads_differently_is_not_written() {
+        let dir = scratch("verify");
+        let path = dir.join("app.bundle");
+        fs::write(&path, BUNDLE).unwrap();
+        let options = options();
+        let out = dir.join("out");
+        let right = out.join("right.bundle");
+        let report = slim_file(&path, &options, &Destination::To(right.clone()));
+        assert!(report.written, "{:?}", report.error);
+        assert!(report.after < report.before);
+
+        let file = MappedFile::open(&path).unwrap();
+        let sections = file.containers(&options.limits).unwrap();
+        let plan = choose(&sections, &options);
+        let result = fs::read(&right).unwrap();
+        let read = Bundle::parse(&result, &options.limits).unwrap();
+        let code = read
+            .entries()
+            .iter()
+            .find(|e| e.id.ends_with("--gfx1100"))
+            .unwrap();
+        // One byte of the selected code object changed.
+        let mut changed = result.clone();
+        changed[code.offset as usize + 200] ^= 1;
+        // The selected image dropped (gfx1100 then takes gfx11-generic).
+        let original = Bundle::parse(BUNDLE, &options.limits).unwrap();
+        let dropped = bundle::write::keep(&original, |i| {
+            !original.entries()[i].id.ends_with("--gfx1100")
+        })
+        .unwrap();
+        for (bytes, why) in [
+            (changed, "would load different bytes"),
+            (dropped, "would load different bytes"),
+        ] {
+            let target = out.join("wrong.bundle");
+            let err = write_verified(
+                &target,
+                &path,
+                &crate::Output::whole(&bytes),
+                &sections,
+                &plan.chosen,
+                &options,
+                &Destination::To(target.clone()),
+            )
+            .unwrap_err();
+            assert!(
+                err.contains("verification failed") && err.contains(why),
+                "{err}"
+            );
+            assert_eq!(listing(&out), ["right.bundle"]);
+        }
+        // A result with no image for the device at all.
+        let none = bundle::write::keep(&original, |i| !original.entries()[i].id.contains("gfx11"))
+            .unwrap();
+        let target = out.join("wrong.bundle");
+        let err = write_verified(
+            &target,
+            &path,
+            &crate::Output::whole(&none),
+            &sections,
+            &plan.chosen,
+            &options,
+            &Destination::To(target.clone()),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("selects 0 images from the result, 1 from the original"),
+            "{err}"
+        );
+        assert_eq!(listing(&out), ["right.bundle"]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
