@@ -305,14 +305,23 @@ fn hip_programs_and_libraries_run_as_before_for_the_kept_device() {
         return;
     }
     let archs = ["gfx90a:xnack-", "gfx90a:xnack+", "gfx1100", "gfx11-generic"];
-    for compress in [false, true] {
-        let recipe = big_app(&archs);
+    // Compressed or not; and a non-PIE program, where only the fat-binary
+    // wrapper points at the code (no relocation does).
+    for (compress, pie) in [(false, true), (true, true), (false, false)] {
+        let mut recipe = big_app(&archs);
+        if !pie {
+            recipe = recipe.arg("-fno-pic").arg("-no-pie");
+        }
         let exe = e.build(if compress { recipe.compress() } else { recipe });
+        if !pie {
+            let header = run_ok(Command::new("readelf").arg("-h").arg(&exe)).stdout;
+            assert!(String::from_utf8_lossy(&header).contains("EXEC (Executable file)"));
+        }
         let out = slimmed(&exe, &["gfx90a:sramecc+:xnack-"], &[]);
         assert!(std::fs::metadata(&out).unwrap().len() <= std::fs::metadata(&exe).unwrap().len());
         elflint_clean(&exe, &out);
         let run = |p: &Path| {
-            let dir = scratch(&format!("slim-hip-{compress}"));
+            let dir = scratch(&format!("slim-hip-{compress}-{pie}"));
             output_text(&mut e.fake_driver(p, "gfx90a:sramecc+:xnack-", &dir.join("log")))
         };
         let strip = |t: String| -> Vec<String> {

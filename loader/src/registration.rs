@@ -101,6 +101,22 @@ impl FatbinWrapper {
         })
     }
 
+    /// The wrapper's bytes: what [`FatbinWrapper::parse`] reads (64-bit
+    /// pointers, little-endian). Behind the `write` feature.
+    #[cfg(feature = "write")]
+    pub fn to_bytes(&self) -> [u8; WRAPPER_SIZE as usize] {
+        let magic = match self.kind {
+            WrapperKind::Hip => HIP_WRAPPER_MAGIC,
+            WrapperKind::Cuda => CUDA_WRAPPER_MAGIC,
+        };
+        let mut out = [0u8; WRAPPER_SIZE as usize];
+        out[..4].copy_from_slice(&magic.to_le_bytes());
+        out[4..8].copy_from_slice(&self.version.to_le_bytes());
+        out[8..16].copy_from_slice(&self.fatbin.to_le_bytes());
+        out[16..24].copy_from_slice(&self.aux.to_le_bytes());
+        out
+    }
+
     /// Every wrapper in a `.hipFatBinSegment` / `.nvFatBinSegment` section (one per
     /// translation unit, 24 bytes at 8-byte alignment, so normally back to back),
     /// with its offset. Zero 8-byte words between wrappers are skipped as padding;
@@ -423,6 +439,23 @@ mod tests {
         let c = FatbinWrapper::parse(&wrapper(CUDA_WRAPPER_MAGIC, 2, 0x99)).unwrap();
         assert_eq!((c.kind, c.version), (WrapperKind::Cuda, 2));
         assert_eq!(c.kind.to_string(), "CUDA");
+    }
+
+    /// Written back, every wrapper the reader takes is the same 24 bytes.
+    #[cfg(feature = "write")]
+    #[test]
+    fn wrappers_write_back_as_read() {
+        for (magic, version) in [
+            (HIP_WRAPPER_MAGIC, 1),
+            (CUDA_WRAPPER_MAGIC, 1),
+            (CUDA_WRAPPER_MAGIC, 2),
+        ] {
+            let mut bytes = wrapper(magic, version, 0x1234_5678_9abc);
+            bytes[16..24].copy_from_slice(&0x4242u64.to_le_bytes());
+            let w = FatbinWrapper::parse(&bytes).unwrap();
+            assert_eq!(w.to_bytes().to_vec(), bytes);
+            assert_eq!(FatbinWrapper::parse(&w.to_bytes()).unwrap(), w);
+        }
     }
 
     #[test]

@@ -34,6 +34,7 @@ use std::collections::BTreeMap;
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, Rela, SectionHeader, Sym};
 use object::LittleEndian as LE;
+use offload_loader::registration::FatbinWrapper;
 
 use crate::pieces::{Output, Piece};
 
@@ -642,12 +643,26 @@ pub fn compact<'a>(
             continue;
         }
         let (so, sz) = (s.sh_offset(endian), s.sh_size(endian));
-        for w in (0..sz / 24).map(|i| so + i * 24 + 8) {
-            if let Some(value) = word(w) {
-                if let Some(new) = remap(value, addr)? {
-                    patches.u64(w, new);
-                    referenced += 1;
-                }
+        let Some(bytes) = data.get(so as usize..so.saturating_add(sz) as usize) else {
+            return Err(unsafe_(
+                "a fat-binary wrapper section lies outside the file",
+            ));
+        };
+        // Both pointers: the fat binary, and (CUDA version 2) the
+        // prelinked fat binaries.
+        for (at, wrapper) in FatbinWrapper::all(bytes) {
+            let mut w = wrapper.map_err(|e| {
+                unsafe_(format!(
+                    "a fat-binary wrapper at {:#x} cannot be read, so where it points is unknown: {e}",
+                    so + at
+                ))
+            })?;
+            let (fatbin, aux) = (remap(w.fatbin, addr)?, remap(w.aux, addr)?);
+            if fatbin.is_some() || aux.is_some() {
+                w.fatbin = fatbin.unwrap_or(w.fatbin);
+                w.aux = aux.unwrap_or(w.aux);
+                patches.put(so + at, &w.to_bytes());
+                referenced += 1;
             }
         }
     }
