@@ -836,3 +836,114 @@ fn one_run_compacts_every_offload_section() {
         }
     }
 }
+
+/// A HIP library for a machine whose relocations the patcher does not
+/// rewrite (ppc64le: clang-22 and ld.lld build it here): the section cannot
+/// be compacted, so it is rewritten in place. The file keeps its length and
+/// every section header; the removed code object's bytes are holes, which
+/// the disk does not keep; `clang-offload-bundler` lists the host and the
+/// kept target and unbundles the original's bytes.
+#[test]
+fn a_section_that_cannot_be_compacted_gets_holes() {
+    let Some(e) = loader() else { return };
+    let Some(lld) = tool("ld.lld", 22) else {
+        return;
+    };
+    if probe().is_none() {
+        return;
+    }
+    let dir = temp_dir();
+    let pad = |seed: u64| {
+        let mut x = seed;
+        let words: Vec<String> = (0..4096)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                format!("{x:#x}ull")
+            })
+            .collect();
+        format!(
+            "__attribute__((device)) unsigned long long pad[4096] = {{{}}};\n",
+            words.join(",")
+        )
+    };
+    // No headers: the target's C library is not installed here.
+    let source = format!(
+        "typedef unsigned long size_t;\n\
+         struct dim3 {{ unsigned x, y, z; }};\n\
+         extern \"C\" int hipLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);\n\
+         extern \"C\" unsigned __hipPopCallConfiguration(dim3 *, dim3 *, size_t *, void **);\n\
+         #if defined(__gfx90a__)\n{}#else\n{}#endif\n\
+         extern \"C\" __attribute__((global)) void k(unsigned long long *x) {{ x[0] = pad[x[1]]; }}\n",
+        pad(1),
+        pad(2)
+    );
+    let src = dir.join("k.hip");
+    std::fs::write(&src, source).unwrap();
+    let obj = dir.join("k.o");
+    run_ok(
+        Command::new(&e.tc.clang)
+            .args(["--target=powerpc64le-linux-gnu", "-x", "hip", "-fPIC", "-c"])
+            .args(["--offload-arch=gfx90a", "--offload-arch=gfx1100"])
+            .args(["-nogpulib", "-nogpuinc"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj),
+    );
+    let lib = dir.join("libk.so");
+    run_ok(
+        Command::new(&lld)
+            .arg("-shared")
+            .arg(&obj)
+            .arg("-o")
+            .arg(&lib),
+    );
+
+    let out_dir = temp_dir();
+    let (code, text) = slim(&[
+        lib.to_str().unwrap(),
+        "--device",
+        "gfx1100",
+        "--output",
+        out_dir.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let holes = &report["files"][0]["holes"][0];
+    assert_eq!(holes["section"], ".hip_fatbin", "{text}");
+    assert!(
+        holes["reason"].as_str().unwrap().contains("machine 21"),
+        "{text}"
+    );
+    // One gfx90a code object (32 KiB of data and its code) is gone.
+    assert!(holes["bytes"].as_u64().unwrap() > 32768, "{text}");
+    let out = out_dir.join("libk.so");
+    use std::os::unix::fs::MetadataExt;
+    let (before, after) = (
+        std::fs::metadata(&lib).unwrap(),
+        std::fs::metadata(&out).unwrap(),
+    );
+    assert_eq!(after.len(), before.len());
+    assert!(
+        after.blocks() * 512 + 32768 <= before.blocks() * 512,
+        "the disk keeps the blocks: {} -> {}",
+        before.blocks(),
+        after.blocks()
+    );
+    assert_eq!(e.tc.sections(&out).unwrap(), e.tc.sections(&lib).unwrap());
+    // The bundler on the section: the host entry and gfx1100, byte for byte.
+    let section = |f: &Path| {
+        let bytes = e.tc.section_bytes(f, ".hip_fatbin").unwrap();
+        temp_file(&bytes)
+    };
+    let (old, new) = (section(&lib), section(&out));
+    let mut ids = e.tc.bundler_list(&new).unwrap();
+    ids.sort();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids[0].starts_with("hipv4-amdgcn-amd-amdhsa--gfx1100") && ids[1].starts_with("host-"));
+    let id = "hipv4-amdgcn-amd-amdhsa--gfx1100";
+    assert!(e.tc.unbundle(&new, id).unwrap() == e.tc.unbundle(&old, id).unwrap());
+    assert!(e.tc.bundler_list(&old).unwrap().len() == 3);
+}

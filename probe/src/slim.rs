@@ -332,6 +332,16 @@ fn human(reports: &[FileReport], errors: &[String], dry_run: bool) -> String {
         for (section, why) in &r.sections_left {
             let _ = writeln!(s, "  section {section} left as it was: {why}");
         }
+        for h in &r.holes {
+            let _ = writeln!(
+                s,
+                "  section {} cannot be compacted safely ({}): rewritten in place, {} ({} bytes) of removed images are holes (the file keeps its length, the disk does not keep the blocks)",
+                h.section,
+                h.why,
+                size(h.bytes),
+                h.bytes
+            );
+        }
         for (device, section, at) in &r.missing {
             let _ = writeln!(
                 s,
@@ -348,9 +358,15 @@ fn human(reports: &[FileReport], errors: &[String], dry_run: bool) -> String {
     } else {
         0.0
     };
+    let holes: u64 = reports.iter().flat_map(|r| &r.holes).map(|h| h.bytes).sum();
+    let holes = if holes > 0 {
+        format!(", and {} ({holes} bytes) of holes", size(holes))
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "total: {} -> {} ({before} bytes -> {after} bytes, {pct:.1}% less) in {} file(s)",
+        "total: {} -> {} ({before} bytes -> {after} bytes, {pct:.1}% less{holes}) in {} file(s)",
         size(before),
         size(after),
         reports.len()
@@ -402,17 +418,19 @@ fn json(reports: &[FileReport], options: &Options, errors: &[String], dry_run: b
                 "error": r.error,
                 "containers": containers,
                 "sections_left": r.sections_left.iter().map(|(s, why)| json!({"section": s, "reason": why})).collect::<Vec<_>>(),
+                "holes": r.holes.iter().map(|h| json!({"section": h.section, "reason": h.why, "bytes": h.bytes})).collect::<Vec<_>>(),
                 "missing": r.missing.iter().map(|(d, s, at)| json!({"device": d, "section": s, "offset": at})).collect::<Vec<_>>(),
             })
         })
         .collect();
     let before: u64 = reports.iter().map(|r| r.before).sum();
     let after: u64 = reports.iter().map(|r| r.after).sum();
+    let holes: u64 = reports.iter().flat_map(|r| &r.holes).map(|h| h.bytes).sum();
     let value = json!({
         "devices": options.devices.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "dry_run": dry_run,
         "files": files,
-        "total": {"before": before, "after": after},
+        "total": {"before": before, "after": after, "holes": holes},
         "errors": errors,
     });
     format!(

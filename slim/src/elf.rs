@@ -160,7 +160,8 @@ impl Patches {
 }
 
 const PHDR_SIZE: u64 = 56;
-const PAGE: u64 = 4096;
+/// The page size compaction and holes are measured in.
+pub(crate) const PAGE: u64 = 4096;
 
 fn relative_type(machine: u16) -> Option<u32> {
     match machine {
@@ -178,7 +179,7 @@ pub fn compact<'a>(
     data: &'a [u8],
     offset: u64,
     size: u64,
-    containers: Vec<Placed<'a>>,
+    containers: &[Placed<'a>],
 ) -> Result<Option<Output<'a>>, Unsafe> {
     let bad = |e: object::Error| unsafe_(format!("its ELF headers cannot be read: {e}"));
     let header = Header::parse(data).map_err(bad)?;
@@ -213,7 +214,7 @@ pub fn compact<'a>(
         let at = body.len().next_multiple_of(align);
         body.pad_to(at);
         moves.push((c.old, c.old_len, at, c.output.len(), c.same));
-        body.extend(c.output);
+        body.extend(c.output.clone());
     }
     let new_size = body.len();
     if new_size >= size {

@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use offload_loader::image::CodeKind;
@@ -80,6 +79,8 @@ pub struct FileReport {
     pub containers: Vec<ContainerSummary>,
     /// Sections left whole, and why.
     pub sections_left: Vec<(String, String)>,
+    /// Sections that could not be compacted, rewritten in place with holes.
+    pub holes: Vec<crate::Holes>,
     /// Devices for which a container of their kind of GPU has no image:
     /// (device, section, container offset).
     pub missing: Vec<(String, String, u64)>,
@@ -114,6 +115,7 @@ pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> F
     report.missing = plan.missing.clone();
     let first = crate::slim(data, &sections, &plan.keep_fn(), &options.limits);
     report.sections_left = first.sections_left;
+    report.holes = first.holes;
     report.containers = first
         .containers
         .into_iter()
@@ -158,9 +160,11 @@ pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> F
             output,
             containers,
             sections_left,
+            holes,
             deferred,
         } = crate::slim(current.bytes(), &now, &pass_plan.keep_fn(), &options.limits);
         report.sections_left = sections_left;
+        report.holes.extend(holes);
         let summaries: Vec<ContainerSummary> = containers
             .into_iter()
             .map(|r| summarise(r, &now, &pass_plan))
@@ -252,15 +256,13 @@ fn scratch_copy(dir: &Path, path: &Path, output: &crate::Output<'_>) -> Result<M
     let temp = dir.join(format!(".{name}.slim-pass-{}", std::process::id()));
     let io = |e: std::io::Error| format!("{}: {e}", temp.display());
     let result = (|| {
-        let f = fs::OpenOptions::new()
+        let mut f = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&temp)
             .map_err(io)?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-        output.write_to(&mut w).map_err(io)?;
-        w.flush().map_err(io)?;
-        drop(w);
+        output.write_sparse(&mut f).map_err(io)?;
+        drop(f);
         MappedFile::open(&temp).map_err(|e| format!("reading a pass's result back: {e}"))
     })();
     let _ = fs::remove_file(&temp);
@@ -526,10 +528,7 @@ fn write_verified(
             .create_new(true)
             .open(&temp)
             .map_err(io)?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
-        output.write_to(&mut w).map_err(io)?;
-        w.flush().map_err(io)?;
-        drop(w);
+        output.write_sparse(&mut f).map_err(io)?;
         let mode = fs::metadata(original)
             .map_err(|e| format!("{}: {e}", original.display()))?
             .permissions();
@@ -574,7 +573,7 @@ fn write_verified(
 impl FileReport {
     /// Whether anything in the file would change.
     pub fn changes(&self) -> bool {
-        self.after != self.before
+        self.after != self.before || !self.holes.is_empty()
     }
 
     /// The containers left whole though they target a named device's kind

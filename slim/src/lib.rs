@@ -61,10 +61,29 @@ pub struct Slimmed<'a> {
     /// Sections left as they were though some of their images could go, and
     /// why (a layout that cannot be compacted safely).
     pub sections_left: Vec<(String, String)>,
+    /// Sections that could not be compacted safely, rewritten where they
+    /// stand instead: the removed bytes are holes in the file.
+    pub holes: Vec<Holes>,
     /// Sections that could be compacted but wait for the next pass: one
     /// section is compacted per file (or archive member) and pass
     /// ([`slim_file`] runs passes until none waits).
     pub deferred: Vec<String>,
+}
+
+/// A section that could not be compacted safely ([`Unsafe`]): its containers
+/// rewritten where they stand, each followed by zeros up to where it ended.
+/// The file keeps its length and every address; the zeros are written as
+/// holes, which take no disk blocks. A container that something outside may
+/// point into (an offload binary: OpenMP's device-image table points at its
+/// images), or whose new bytes would not fit, is left whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holes {
+    /// The section.
+    pub section: String,
+    /// Why it could not be compacted.
+    pub why: String,
+    /// Bytes of zeros in place of removed images.
+    pub bytes: u64,
 }
 
 /// Slims `data` (a whole file), whose offload sections are `sections`
@@ -74,7 +93,8 @@ pub struct Slimmed<'a> {
 ///
 /// A raw container file is rewritten whole; an ELF file has its offload
 /// section compacted (one per pass: the one that frees most, the others are
-/// [`Slimmed::deferred`]); an archive has each member compacted so, and its
+/// [`Slimmed::deferred`]), or, where that is not safe, rewritten in place
+/// with holes ([`Holes`]); an archive has each member compacted so, and its
 /// symbol index moved with the members.
 pub fn slim<'a>(
     data: &'a [u8],
@@ -84,8 +104,7 @@ pub fn slim<'a>(
 ) -> Slimmed<'a> {
     let mut reports = Vec::new();
     let mut left = Vec::new();
-    // Per section: (section index in `sections`, the new section, bytes freed).
-    let mut candidates: Vec<(usize, Vec<elf::Placed<'a>>, u64)> = Vec::new();
+    let mut candidates: Vec<Candidate<'a>> = Vec::new();
     for (si, s) in sections.iter().enumerate() {
         if s.section.role != SectionRole::Containers {
             continue;
@@ -103,6 +122,7 @@ pub fn slim<'a>(
             c.format() == Format::OffloadBinary && m.as_ref().is_none_or(|m| m.iter().any(|&k| k))
         });
         let mut placed = Vec::new();
+        let mut pinned = Vec::new();
         let mut freed = 0u64;
         let containers: Vec<&Container<'a>> = s.containers.iter().flatten().collect();
         // Rewritten in parallel (a compressed bundle costs its inflation and
@@ -148,29 +168,47 @@ pub fn slim<'a>(
                 output: rewrite.output,
                 same,
             });
+            pinned.push(c.format() == Format::OffloadBinary);
         }
         if freed > 0 {
-            candidates.push((si, placed, freed));
+            candidates.push(Candidate {
+                section: si,
+                placed,
+                pinned,
+                freed,
+            });
         }
     }
-    candidates.sort_by_key(|c| std::cmp::Reverse(c.2));
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.freed));
     let mut compacted = Vec::new();
     let mut deferred = Vec::new();
+    let mut holes = Vec::new();
+    let mut kept_whole = Vec::new();
     let mut done = Done {
         left: &mut left,
         compacted: &mut compacted,
         deferred: &mut deferred,
+        holes: &mut holes,
+        kept_whole: &mut kept_whole,
     };
     let output = if archive::is_archive(data) {
         archive_output(data, sections, candidates, &mut done)
     } else {
         file_output(data, sections, candidates, &mut done)
     };
-    // Containers of a section that was not rewritten are as they were.
+    // Containers of a section that was not rewritten are as they were; so
+    // are those a section rewritten in place had to leave whole.
     for r in &mut reports {
         let rewritten = matches!(r.outcome, Outcome::Rewritten | Outcome::Removed);
-        if rewritten && (output.is_none() || !compacted.contains(&r.section)) {
-            r.outcome = Outcome::Whole("its section was not rewritten".into());
+        let pinned = kept_whole
+            .iter()
+            .find(|(section, at, _)| *section == r.section && *at == r.offset);
+        if rewritten && (output.is_none() || !compacted.contains(&r.section) || pinned.is_some()) {
+            r.outcome = Outcome::Whole(
+                pinned
+                    .map_or("its section was not rewritten", |p| p.2)
+                    .into(),
+            );
             r.after = r.before;
             r.kept.append(&mut r.removed);
             r.kept.sort_unstable();
@@ -180,16 +218,75 @@ pub fn slim<'a>(
         output,
         containers: reports,
         sections_left: left,
+        holes,
         deferred,
     }
 }
 
-/// What became of the candidate sections: left (with why), compacted, or
-/// deferred to the next pass.
+/// A section some of whose images go.
+struct Candidate<'a> {
+    /// Its index in `sections`.
+    section: usize,
+    /// Its containers, with their new bytes.
+    placed: Vec<elf::Placed<'a>>,
+    /// Per container: whether something outside may point inside it.
+    pinned: Vec<bool>,
+    /// Bytes its containers shrink by.
+    freed: u64,
+}
+
+/// What became of the candidate sections: left (with why), compacted (or
+/// rewritten with holes), or deferred to the next pass.
 struct Done<'r> {
     left: &'r mut Vec<(String, String)>,
     compacted: &'r mut Vec<String>,
     deferred: &'r mut Vec<String>,
+    holes: &'r mut Vec<Holes>,
+    /// (section, container offset in the file, why) of containers a section
+    /// rewritten in place leaves whole.
+    kept_whole: &'r mut Vec<(String, u64, &'static str)>,
+}
+
+impl Done<'_> {
+    /// Records what `compacted` says of section `name`, at `base` in the file.
+    fn record<'a>(
+        &mut self,
+        name: String,
+        base: u64,
+        compacted: Result<Option<Compacted<'a>>, Unsafe>,
+    ) -> Option<Output<'a>> {
+        match compacted {
+            Ok(Some(Compacted::Packed(out))) => {
+                self.compacted.push(name);
+                Some(out)
+            }
+            Ok(Some(Compacted::Holes {
+                output,
+                why,
+                bytes,
+                whole,
+            })) => {
+                for (at, reason) in whole {
+                    self.kept_whole.push((name.clone(), base + at, reason));
+                }
+                self.holes.push(Holes {
+                    section: name.clone(),
+                    why,
+                    bytes,
+                });
+                self.compacted.push(name);
+                Some(output)
+            }
+            Ok(None) => {
+                self.left.push((name, "it frees less than a page".into()));
+                None
+            }
+            Err(e) => {
+                self.left.push((name, e.to_string()));
+                None
+            }
+        }
+    }
 }
 
 /// A section's name in reports: `member.o(.hip_fatbin)` in an archive.
@@ -204,25 +301,19 @@ fn section_name(s: &OffloadSection) -> String {
 fn file_output<'a>(
     data: &'a [u8],
     sections: &[SectionContainers<'a>],
-    candidates: Vec<(usize, Vec<elf::Placed<'a>>, u64)>,
+    candidates: Vec<Candidate<'a>>,
     done: &mut Done<'_>,
 ) -> Option<Output<'a>> {
     let mut output = None;
-    for (si, placed, _) in candidates {
-        let name = section_name(&sections[si].section);
-        let s = &sections[si].section;
+    for c in candidates {
+        let s = &sections[c.section].section;
+        let name = section_name(s);
         if output.is_some() {
             done.deferred.push(name);
             continue;
         }
-        match compact(data, s.file_offset, s.size, placed) {
-            Ok(Some(out)) => {
-                output = Some(out);
-                done.compacted.push(name);
-            }
-            Ok(None) => done.left.push((name, "it frees less than a page".into())),
-            Err(e) => done.left.push((name, e.to_string())),
-        }
+        let compacted = compact(data, s.file_offset, s.size, c.placed, &c.pinned);
+        output = done.record(name, s.file_offset, compacted);
     }
     output
 }
@@ -232,22 +323,22 @@ fn file_output<'a>(
 fn archive_output<'a>(
     data: &'a [u8],
     sections: &[SectionContainers<'a>],
-    candidates: Vec<(usize, Vec<elf::Placed<'a>>, u64)>,
+    candidates: Vec<Candidate<'a>>,
     done: &mut Done<'_>,
 ) -> Option<Output<'a>> {
     let members = match archive::members(data) {
         Ok(m) => m,
         Err(e) => {
-            for (si, _, _) in candidates {
+            for c in candidates {
                 done.left
-                    .push((section_name(&sections[si].section), e.to_string()));
+                    .push((section_name(&sections[c.section].section), e.to_string()));
             }
             return None;
         }
     };
     let mut new = std::collections::BTreeMap::new();
-    for (si, placed, _) in candidates {
-        let s = &sections[si].section;
+    for c in candidates {
+        let s = &sections[c.section].section;
         let name = section_name(s);
         let Some((mi, m)) = members
             .iter()
@@ -262,13 +353,9 @@ fn archive_output<'a>(
             continue;
         }
         let bytes = &data[m.data as usize..(m.data + m.size) as usize];
-        match compact(bytes, s.file_offset - m.data, s.size, placed) {
-            Ok(Some(out)) => {
-                new.insert(mi, out);
-                done.compacted.push(name);
-            }
-            Ok(None) => done.left.push((name, "it frees less than a page".into())),
-            Err(e) => done.left.push((name, e.to_string())),
+        let compacted = compact(bytes, s.file_offset - m.data, s.size, c.placed, &c.pinned);
+        if let Some(out) = done.record(name, s.file_offset, compacted) {
+            new.insert(mi, out);
         }
     }
     if new.is_empty() {
@@ -284,19 +371,92 @@ fn archive_output<'a>(
     }
 }
 
+/// A section's new bytes.
+enum Compacted<'a> {
+    /// The file (or member) with the section packed: shorter.
+    Packed(Output<'a>),
+    /// The section could not be compacted (`why`): its containers rewritten
+    /// where they stand, `bytes` of zeros after them; `whole`: the
+    /// section-relative offsets of containers left whole, and why.
+    Holes {
+        output: Output<'a>,
+        why: String,
+        bytes: u64,
+        whole: Vec<(u64, &'static str)>,
+    },
+}
+
 /// `data` (a whole file or an archive member) with its section at `offset`
 /// of `size` bytes replaced by `placed`: a raw container file packed, an ELF
-/// file compacted around the section.
+/// file compacted around the section, or, where that is not safe, the
+/// section rewritten in place with holes.
 fn compact<'a>(
     data: &'a [u8],
     offset: u64,
     size: u64,
     placed: Vec<elf::Placed<'a>>,
-) -> Result<Option<Output<'a>>, Unsafe> {
+    pinned: &[bool],
+) -> Result<Option<Compacted<'a>>, Unsafe> {
     if offset == 0 && size == data.len() as u64 && !data.starts_with(b"\x7fELF") {
-        return Ok(Some(raw(placed)));
+        return Ok(Some(Compacted::Packed(raw(placed))));
     }
-    elf::compact(data, offset, size, placed)
+    match elf::compact(data, offset, size, &placed) {
+        Ok(packed) => Ok(packed.map(Compacted::Packed)),
+        Err(why) => holes(data, offset, size, placed, pinned, why),
+    }
+}
+
+/// Section `offset..offset + size` of `data` with each container's new bytes
+/// where it stood, and zeros to where it ended (see [`Holes`]); `why`, the
+/// reason it could not be compacted, when that frees no page.
+fn holes<'a>(
+    data: &'a [u8],
+    offset: u64,
+    size: u64,
+    placed: Vec<elf::Placed<'a>>,
+    pinned: &[bool],
+    why: Unsafe,
+) -> Result<Option<Compacted<'a>>, Unsafe> {
+    let (start, end) = (offset as usize, (offset + size) as usize);
+    let section = &data[start..end];
+    let mut output = Output::default();
+    output.push(Piece::Copy(&data[..start]));
+    let mut at = 0u64;
+    let mut bytes = 0u64;
+    let mut whole = Vec::new();
+    for (p, &pinned) in placed.into_iter().zip(pinned) {
+        let (old, old_end) = (p.old as usize, (p.old + p.old_len) as usize);
+        output.push(Piece::Copy(&section[at as usize..old]));
+        at = p.old + p.old_len;
+        let keep = if p.same {
+            None
+        } else if pinned {
+            Some("the section cannot be compacted, and something outside this container may point inside it")
+        } else if p.output.len() > p.old_len {
+            Some("the section cannot be compacted, and its new bytes do not fit where it was")
+        } else {
+            let zeros = p.old_len - p.output.len();
+            output.extend(p.output);
+            output.push(Piece::Zeros(zeros));
+            bytes += zeros;
+            continue;
+        };
+        if let Some(reason) = keep {
+            whole.push((p.old, reason));
+        }
+        output.push(Piece::Copy(&section[old..old_end]));
+    }
+    output.push(Piece::Copy(&section[at as usize..]));
+    output.push(Piece::Copy(&data[end..]));
+    if bytes < elf::PAGE {
+        return Err(why);
+    }
+    Ok(Some(Compacted::Holes {
+        output,
+        why: why.0,
+        bytes,
+        whole,
+    }))
 }
 
 /// A raw container file: its containers packed, each at 8 bytes (the

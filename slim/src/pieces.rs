@@ -3,7 +3,8 @@
 //! output of a 1.3 GB library is written from the mapping piece by piece,
 //! so memory holds only what was made anew.
 
-use std::io::{self, Write};
+use std::fs::File;
+use std::io::{self, Seek, SeekFrom, Write};
 
 /// One piece of an output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,22 +82,50 @@ impl<'a> Output<'a> {
 
     /// Writes the output to `w`.
     pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
         for piece in &self.pieces {
-            match piece {
-                Piece::Copy(b) => w.write_all(b)?,
-                Piece::Owned(b) => w.write_all(b)?,
-                Piece::Zeros(n) => {
-                    let mut left = *n;
-                    while left > 0 {
-                        let step = left.min(ZEROS.len() as u64) as usize;
-                        w.write_all(&ZEROS[..step])?;
-                        left -= step as u64;
-                    }
-                }
-            }
+            Output::write_piece(piece, w)?;
         }
         Ok(())
+    }
+
+    fn write_piece(piece: &Piece<'_>, w: &mut impl Write) -> io::Result<()> {
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        match piece {
+            Piece::Copy(b) => w.write_all(b),
+            Piece::Owned(b) => w.write_all(b),
+            Piece::Zeros(n) => {
+                let mut left = *n;
+                while left > 0 {
+                    let step = left.min(ZEROS.len() as u64) as usize;
+                    w.write_all(&ZEROS[..step])?;
+                    left -= step as u64;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes the output to `file` (new and empty), leaving runs of zeros of
+    /// a page or more unwritten: holes, which read as zeros and take no disk
+    /// blocks where the file system supports them.
+    pub fn write_sparse(&self, file: &mut File) -> io::Result<()> {
+        const HOLE: u64 = 4096;
+        let mut w = io::BufWriter::with_capacity(1 << 20, file);
+        for piece in &self.pieces {
+            match piece {
+                Piece::Zeros(n) if *n >= HOLE => {
+                    let step = i64::try_from(*n).map_err(|_| {
+                        io::Error::new(io::ErrorKind::InvalidInput, "hole too large")
+                    })?;
+                    w.seek(SeekFrom::Current(step))?;
+                }
+                other => Output::write_piece(other, &mut w)?,
+            }
+        }
+        w.flush()?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        // A hole at the end: the length says where the file ends.
+        file.set_len(self.len)
     }
 
     /// The output as one buffer (tests, small files).
@@ -121,5 +150,30 @@ mod tests {
         o.pad_to(3);
         assert_eq!(o.len(), 6);
         assert_eq!(o.to_vec(), b"ab\0\0cd");
+    }
+
+    /// Long runs of zeros become holes; the bytes read back are the same,
+    /// a hole at the end included.
+    #[test]
+    fn sparse_writes_read_back_the_same() {
+        let mut o = Output::default();
+        o.push(Piece::Copy(b"start"));
+        o.push(Piece::Zeros(1 << 20));
+        o.push(Piece::Owned(b"middle".to_vec()));
+        o.push(Piece::Zeros(100));
+        o.push(Piece::Copy(b"end"));
+        o.push(Piece::Zeros(1 << 20));
+        let path = std::env::temp_dir().join(format!("offload-slim-sparse-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut f = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        o.write_sparse(&mut f).unwrap();
+        drop(f);
+        let back = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(back == o.to_vec());
     }
 }
