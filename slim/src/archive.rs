@@ -40,22 +40,24 @@ pub(crate) fn members(data: &[u8]) -> Result<Vec<Member>, Unsafe> {
     while at < data.len() as u64 {
         let h = data
             .get(at as usize..(at + HEADER) as usize)
-            .ok_or_else(|| Unsafe(format!("the member header at {at:#x} is cut short")))?;
+            .ok_or_else(|| Unsafe::new(format!("the member header at {at:#x} is cut short")))?;
         if &h[58..60] != b"`\n" {
-            return Err(Unsafe(format!(
+            return Err(Unsafe::new(format!(
                 "the member header at {at:#x} has no end marker"
             )));
         }
         if h.starts_with(b"#1/") || h.starts_with(b"__.SYMDEF") {
-            return Err(Unsafe("BSD archives are not rewritten".into()));
+            return Err(Unsafe::new("BSD archives are not rewritten"));
         }
         let size: u64 = std::str::from_utf8(&h[48..58])
             .ok()
             .and_then(|s| s.trim().parse().ok())
-            .ok_or_else(|| Unsafe(format!("the member header at {at:#x} states no size")))?;
+            .ok_or_else(|| Unsafe::new(format!("the member header at {at:#x} states no size")))?;
         let data_at = at + HEADER;
         if data_at + size > data.len() as u64 {
-            return Err(Unsafe(format!("the member at {at:#x} runs past the end")));
+            return Err(Unsafe::new(format!(
+                "the member at {at:#x} runs past the end"
+            )));
         }
         out.push(Member {
             header: at,
@@ -99,7 +101,7 @@ pub(crate) fn rewrite<'a>(
             let mut h = header.to_vec();
             let field = format!("{size:<10}");
             if field.len() != 10 {
-                return Err(Unsafe("a member is too large for its header".into()));
+                return Err(Unsafe::new("a member is too large for its header"));
             }
             h[48..58].copy_from_slice(field.as_bytes());
             out.push(Piece::Owned(h));
@@ -128,14 +130,14 @@ fn symbol_index(body: &[u8], width: usize, moved: &BTreeMap<u64, u64>) -> Result
         let b = body.get(at..at + width)?;
         Some(b.iter().fold(0u64, |v, &x| v << 8 | u64::from(x)))
     };
-    let count = read(0).ok_or_else(|| Unsafe("the symbol index is cut short".into()))?;
+    let count = read(0).ok_or_else(|| Unsafe::new("the symbol index is cut short"))?;
     let mut out = body.to_vec();
     for i in 0..count as usize {
         let at = width * (1 + i);
-        let old = read(at).ok_or_else(|| Unsafe("the symbol index is cut short".into()))?;
+        let old = read(at).ok_or_else(|| Unsafe::new("the symbol index is cut short"))?;
         let new = *moved
             .get(&old)
-            .ok_or_else(|| Unsafe(format!("the symbol index names no member at {old:#x}")))?;
+            .ok_or_else(|| Unsafe::new(format!("the symbol index names no member at {old:#x}")))?;
         let bytes = new.to_be_bytes();
         out[at..at + width].copy_from_slice(&bytes[8 - width..]);
     }

@@ -37,13 +37,53 @@ pub struct Rewrite<'a> {
     pub outcome: Outcome,
     /// Its bytes (empty when removed).
     pub output: Output<'a>,
+    /// Its bytes for a section that cannot be compacted: the container
+    /// rewritten where it stands, the same length, or why it cannot be.
+    pub in_place: Result<InPlace<'a>, &'static str>,
 }
+
+/// A container rewritten without moving its start: a bundle keeps each
+/// kept code object where it was (only its table is new), other formats
+/// have their new bytes followed by zeros. Its length is the old one.
+#[derive(Debug)]
+pub struct InPlace<'a> {
+    /// The bytes.
+    pub output: Output<'a>,
+    /// Bytes of removed images, now zeros.
+    pub removed: u64,
+}
+
+/// Why an offload binary is not rewritten in place.
+const POINTED_INSIDE: &str =
+    "the section cannot be compacted, and something outside this container may point inside it";
 
 impl<'a> Rewrite<'a> {
     fn same(bytes: &'a [u8], outcome: Outcome) -> Rewrite<'a> {
         Rewrite {
             outcome,
             output: Output::whole(bytes),
+            in_place: Err("it is not rewritten"),
+        }
+    }
+
+    /// Rewritten as `output`; in place, `output` and zeros to the old
+    /// length, when it fits.
+    fn rewritten(bytes: &[u8], output: Output<'a>) -> Rewrite<'a> {
+        let old = bytes.len() as u64;
+        let in_place = if output.len() <= old {
+            let mut o = output.clone();
+            o.pad_to(old);
+            Ok(InPlace {
+                output: o,
+                removed: old - output.len(),
+            })
+        } else {
+            Err("the section cannot be compacted, and its new bytes do not fit where it was")
+        };
+        Rewrite {
+            outcome: Outcome::Rewritten,
+            output,
+            in_place,
         }
     }
 
@@ -78,6 +118,7 @@ pub fn rewrite<'a>(
             return Rewrite {
                 outcome: Outcome::Removed,
                 output: Output::default(),
+                in_place: Err(POINTED_INSIDE),
             };
         }
         return Rewrite::whole(bytes, "no named device selects an image from it");
@@ -126,6 +167,7 @@ pub fn rewrite<'a>(
             Rewrite {
                 outcome: Outcome::Rewritten,
                 output,
+                in_place: bundle_in_place(&read, bytes, &k),
             }
         }
         Format::CompressedBundle => {
@@ -153,10 +195,7 @@ pub fn rewrite<'a>(
                 Ok(b) => {
                     let mut output = Output::default();
                     output.push(Piece::Owned(b));
-                    Rewrite {
-                        outcome: Outcome::Rewritten,
-                        output,
-                    }
+                    Rewrite::rewritten(bytes, output)
                 }
                 Err(e) => Rewrite::whole(bytes, format!("compressing it again failed: {e}")),
             }
@@ -180,10 +219,7 @@ pub fn rewrite<'a>(
                 Ok(out) => {
                     let mut output = Output::default();
                     output.push(Piece::Owned(out));
-                    Rewrite {
-                        outcome: Outcome::Rewritten,
-                        output,
-                    }
+                    Rewrite::rewritten(bytes, output)
                 }
                 Err(e) => Rewrite::whole(
                     bytes,
@@ -210,6 +246,7 @@ pub fn rewrite<'a>(
                     Rewrite {
                         outcome: Outcome::Rewritten,
                         output,
+                        in_place: Err(POINTED_INSIDE),
                     }
                 }
                 Ok(None) => Rewrite::whole(bytes, "no named device selects an image from it"),
@@ -218,4 +255,46 @@ pub fn rewrite<'a>(
         }
         other => Rewrite::whole(bytes, format!("a {} is not rewritten", other.name())),
     }
+}
+
+/// The bundle `read` (whose bytes are `bytes`) with the entries `keep` says
+/// yes to, its kept code objects where they were: a new table at its start,
+/// zeros where the table shrank and where removed code objects were.
+fn bundle_in_place<'a>(
+    read: &Bundle<'a>,
+    bytes: &'a [u8],
+    keep: &[bool],
+) -> Result<InPlace<'a>, &'static str> {
+    let (kept, removed): (Vec<_>, Vec<_>) = read
+        .entries()
+        .iter()
+        .zip(keep)
+        .partition(|(_, keep)| **keep);
+    let kept: Vec<_> = kept.into_iter().map(|(e, _)| e).collect();
+    let ids: Vec<&str> = kept.iter().map(|e| e.id).collect();
+    let sizes: Vec<u64> = kept.iter().map(|e| e.size).collect();
+    let offsets: Vec<u64> = kept.iter().map(|e| e.offset).collect();
+    let mut output = Output::default();
+    output.push(Piece::Owned(bundle::write::table(&ids, &sizes, &offsets)));
+    let mut code: Vec<_> = kept.iter().filter(|e| e.size > 0).collect();
+    code.sort_by_key(|e| e.offset);
+    for e in code {
+        // The reader refuses overlaps; a shorter table never reaches them.
+        if e.offset < output.len() {
+            return Err("its code objects overlap its table");
+        }
+        output.pad_to(e.offset);
+        let Ok(object) = read.code_object(e) else {
+            return Err("a code object could not be read");
+        };
+        output.push(Piece::Copy(object));
+    }
+    if output.len() > bytes.len() as u64 {
+        return Err("its code objects lie past its end");
+    }
+    output.pad_to(bytes.len() as u64);
+    Ok(InPlace {
+        output,
+        removed: removed.iter().map(|(e, _)| e.size).sum(),
+    })
 }

@@ -42,11 +42,28 @@ type Header = elf::FileHeader64<LE>;
 
 /// Why a file cannot be compacted safely.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot be compacted safely: {0}")]
-pub struct Unsafe(pub String);
+#[error("cannot be compacted safely: {why}")]
+pub struct Unsafe {
+    /// Why.
+    pub why: String,
+    /// Whether rewriting the section's containers where they stand (nothing
+    /// kept moves inside a bundle, nothing starts elsewhere) is still safe:
+    /// false when something is known to point inside what would change.
+    pub in_place: bool,
+}
+
+impl Unsafe {
+    /// A layout that cannot be compacted, for `why`.
+    pub(crate) fn new(why: impl Into<String>) -> Unsafe {
+        Unsafe {
+            why: why.into(),
+            in_place: true,
+        }
+    }
+}
 
 fn unsafe_(why: impl Into<String>) -> Unsafe {
-    Unsafe(why.into())
+    Unsafe::new(why)
 }
 
 /// One container of the section: where it was, and its new bytes.
@@ -253,10 +270,11 @@ pub fn compact<'a>(
         }
         map.map(value - base, point)
             .map(|v| Some(base + v))
-            .ok_or_else(|| {
-                unsafe_(format!(
+            .ok_or_else(|| Unsafe {
+                why: format!(
                     "something points to {value:#x}, which has no place in the result (inside a rewritten container, in one that goes, or where two places meet)"
-                ))
+                ),
+                in_place: false,
             })
     };
     let remap = |value: u64, base: u64| remap_as(value, base, Point::Unknown);

@@ -90,6 +90,16 @@ pub struct FileReport {
 
 /// Slims `path` for `options` into `destination`.
 pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> FileReport {
+    let mut report = slim_one(path, options, destination);
+    if report.error.is_some() {
+        // Nothing was written.
+        report.after = report.before;
+        report.holes.clear();
+    }
+    report
+}
+
+fn slim_one(path: &Path, options: &Options, destination: &Destination) -> FileReport {
     let mut report = FileReport {
         path: path.to_path_buf(),
         ..FileReport::default()
@@ -163,8 +173,13 @@ pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> F
             holes,
             deferred,
         } = crate::slim(current.bytes(), &now, &pass_plan.keep_fn(), &options.limits);
-        report.sections_left = sections_left;
         report.holes.extend(holes);
+        // A section an earlier pass rewrote in place may come up again, to
+        // be refused again: it is reported once, with its holes.
+        report.sections_left = sections_left
+            .into_iter()
+            .filter(|(s, _)| !report.holes.iter().any(|h| h.section == *s))
+            .collect();
         let summaries: Vec<ContainerSummary> = containers
             .into_iter()
             .map(|r| summarise(r, &now, &pass_plan))
@@ -215,12 +230,16 @@ fn finish(
         },
         Destination::To(p) => p.clone(),
     };
+    let expected = Expected {
+        sections,
+        chosen: &plan.chosen,
+        containers: &report.containers,
+    };
     match write_verified(
         &target,
         &report.path,
         &output,
-        sections,
-        &plan.chosen,
+        &expected,
         options,
         destination,
     ) {
@@ -228,8 +247,18 @@ fn finish(
         Err(e) => {
             report.error = Some(e);
             report.after = report.before;
+            report.holes.clear();
         }
     }
+}
+
+/// What a result must hold: what each device selects in the original's
+/// `sections` (`chosen`, see [`Plan`]), and exactly the images the
+/// `containers` reports say stay.
+struct Expected<'e, 'a> {
+    sections: &'e [SectionContainers<'a>],
+    chosen: &'e [Vec<(u64, usize)>],
+    containers: &'e [ContainerSummary],
 }
 
 /// Where a pass's result waits for the next pass: beside the destination
@@ -253,7 +282,11 @@ fn scratch_dir(path: &Path, destination: &Destination) -> Result<PathBuf, String
 /// mapping is all that is left of it.
 fn scratch_copy(dir: &Path, path: &Path, output: &crate::Output<'_>) -> Result<MappedFile, String> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("slim");
-    let temp = dir.join(format!(".{name}.slim-pass-{}", std::process::id()));
+    // Unique among this process's files too: files of one name from
+    // several directories may be slimmed at once.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temp = dir.join(format!(".{name}.slim-pass-{}-{n}", std::process::id()));
     let io = |e: std::io::Error| format!("{}: {e}", temp.display());
     let result = (|| {
         let mut f = fs::OpenOptions::new()
@@ -501,6 +534,56 @@ fn same_selections(
     Ok(())
 }
 
+/// Whether `after` holds exactly the images the `containers` reports keep
+/// from `before`, in order, each with its ID and byte for byte (a container
+/// without a report, or left whole, keeps every image; one removed, none).
+fn same_kept(
+    before: &[SectionContainers<'_>],
+    containers: &[ContainerSummary],
+    after: &[SectionContainers<'_>],
+) -> Result<(), String> {
+    let reports: BTreeMap<u64, &ContainerSummary> =
+        containers.iter().map(|c| (c.report.offset, c)).collect();
+    let mut want = Vec::new();
+    for c in before.iter().flat_map(|s| s.containers.iter().flatten()) {
+        let kept: Vec<usize> = match reports.get(&c.offset()) {
+            Some(r) if r.report.outcome == Outcome::Removed => Vec::new(),
+            Some(r) => r.report.kept.clone(),
+            None => (0..c.images().len()).collect(),
+        };
+        want.extend(kept.into_iter().map(|i| (c, i)));
+    }
+    let got: Vec<_> = after
+        .iter()
+        .flat_map(|s| s.containers.iter().flatten())
+        .flat_map(|c| (0..c.images().len()).map(move |i| (c, i)))
+        .collect();
+    if want.len() != got.len() {
+        return Err(format!(
+            "the result holds {} images, {} were to stay",
+            got.len(),
+            want.len()
+        ));
+    }
+    for ((bc, bi), (ac, ai)) in want.into_iter().zip(got) {
+        let id = &bc.images()[bi].id;
+        if *id != ac.images()[ai].id {
+            return Err(format!(
+                "the result holds {} where {id} was to stay",
+                ac.images()[ai].id
+            ));
+        }
+        let old = bc.take_image(bi).map_err(|e| e.to_string())?;
+        let new = ac
+            .take_image(ai)
+            .map_err(|e| format!("reading the result back: {e}"))?;
+        if old != new {
+            return Err(format!("{id} in the result is not the original's bytes"));
+        }
+    }
+    Ok(())
+}
+
 /// Writes `output` to a temporary file beside `target`, reads it back
 /// (every device must select byte-identical images to those it selects in
 /// the original), keeps the original's mode, and renames it to `target`;
@@ -509,8 +592,7 @@ fn write_verified(
     target: &Path,
     original: &Path,
     output: &crate::Output<'_>,
-    sections: &[SectionContainers<'_>],
-    chosen: &[Vec<(u64, usize)>],
+    expected: &Expected<'_, '_>,
     options: &Options,
     destination: &Destination,
 ) -> Result<(), String> {
@@ -544,8 +626,14 @@ fn write_verified(
         let new_sections = written
             .containers(&options.limits)
             .map_err(|e| format!("reading the result back: {e}"))?;
-        same_selections(sections, chosen, &new_sections, &options.devices)
-            .map_err(|e| format!("verification failed: {e}; nothing written"))?;
+        same_selections(
+            expected.sections,
+            expected.chosen,
+            &new_sections,
+            &options.devices,
+        )
+        .and_then(|()| same_kept(expected.sections, expected.containers, &new_sections))
+        .map_err(|e| format!("verification failed: {e}; nothing written"))?;
         fs::rename(&temp, target).map_err(|e| format!("{}: {e}", target.display()))?;
         // The rename itself reaches the disk before we say it is done.
         if let Ok(d) = fs::File::open(dir) {
@@ -636,6 +724,11 @@ mod tests {
         let file = MappedFile::open(&path).unwrap();
         let sections = file.containers(&options.limits).unwrap();
         let plan = choose(&sections, &options);
+        let expected = Expected {
+            sections: &sections,
+            chosen: &plan.chosen,
+            containers: &report.containers,
+        };
         let result = fs::read(&right).unwrap();
         let read = Bundle::parse(&result, &options.limits).unwrap();
         let code = read
@@ -661,8 +754,7 @@ mod tests {
                 &target,
                 &path,
                 &crate::Output::whole(&bytes),
-                &sections,
-                &plan.chosen,
+                &expected,
                 &options,
                 &Destination::To(target.clone()),
             )
@@ -673,6 +765,26 @@ mod tests {
             );
             assert_eq!(listing(&out), ["right.bundle"]);
         }
+        // One more image than the report keeps: the device selects as
+        // before, but the result is not what was promised.
+        let extra =
+            bundle::write::keep(&original, |i| !original.entries()[i].id.contains("gfx11-"))
+                .unwrap();
+        let target = out.join("wrong.bundle");
+        let err = write_verified(
+            &target,
+            &path,
+            &crate::Output::whole(&extra),
+            &expected,
+            &options,
+            &Destination::To(target.clone()),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("the result holds 3 images, 2 were to stay"),
+            "{err}"
+        );
+        assert_eq!(listing(&out), ["right.bundle"]);
         // A result with no image for the device at all.
         let none = bundle::write::keep(&original, |i| !original.entries()[i].id.contains("gfx11"))
             .unwrap();
@@ -681,8 +793,7 @@ mod tests {
             &target,
             &path,
             &crate::Output::whole(&none),
-            &sections,
-            &plan.chosen,
+            &expected,
             &options,
             &Destination::To(target.clone()),
         )

@@ -102,6 +102,7 @@ pub fn slim<'a>(
     keep: &dyn Fn(&SectionContainers<'a>, &Container<'a>) -> Option<Vec<bool>>,
     limits: &Limits,
 ) -> Slimmed<'a> {
+    let labels = labels(sections);
     let mut reports = Vec::new();
     let mut left = Vec::new();
     let mut candidates: Vec<Candidate<'a>> = Vec::new();
@@ -109,7 +110,7 @@ pub fn slim<'a>(
         if s.section.role != SectionRole::Containers {
             continue;
         }
-        let name = section_name(&s.section);
+        let name = labels[si].clone();
         if s.containers.iter().any(|c| c.is_err()) {
             left.push((name, "a container in it cannot be read".into()));
             continue;
@@ -122,7 +123,7 @@ pub fn slim<'a>(
             c.format() == Format::OffloadBinary && m.as_ref().is_none_or(|m| m.iter().any(|&k| k))
         });
         let mut placed = Vec::new();
-        let mut pinned = Vec::new();
+        let mut in_place = Vec::new();
         let mut freed = 0u64;
         let containers: Vec<&Container<'a>> = s.containers.iter().flatten().collect();
         // Rewritten in parallel (a compressed bundle costs its inflation and
@@ -168,13 +169,13 @@ pub fn slim<'a>(
                 output: rewrite.output,
                 same,
             });
-            pinned.push(c.format() == Format::OffloadBinary);
+            in_place.push(rewrite.in_place);
         }
         if freed > 0 {
             candidates.push(Candidate {
                 section: si,
                 placed,
-                pinned,
+                in_place,
                 freed,
             });
         }
@@ -192,9 +193,9 @@ pub fn slim<'a>(
         kept_whole: &mut kept_whole,
     };
     let output = if archive::is_archive(data) {
-        archive_output(data, sections, candidates, &mut done)
+        archive_output(data, sections, &labels, candidates, &mut done)
     } else {
-        file_output(data, sections, candidates, &mut done)
+        file_output(data, sections, &labels, candidates, &mut done)
     };
     // Containers of a section that was not rewritten are as they were; so
     // are those a section rewritten in place had to leave whole.
@@ -229,8 +230,9 @@ struct Candidate<'a> {
     section: usize,
     /// Its containers, with their new bytes.
     placed: Vec<elf::Placed<'a>>,
-    /// Per container: whether something outside may point inside it.
-    pinned: Vec<bool>,
+    /// Per container: its bytes where it stands, for a section that cannot
+    /// be compacted, or why it has none.
+    in_place: Vec<Result<container::InPlace<'a>, &'static str>>,
     /// Bytes its containers shrink by.
     freed: u64,
 }
@@ -289,7 +291,30 @@ impl Done<'_> {
     }
 }
 
-/// A section's name in reports: `member.o(.hip_fatbin)` in an archive.
+/// Each section's name in reports: `member.o(.hip_fatbin)` in an archive;
+/// a name that more than one section has (members of one name) numbered,
+/// `member.o(.hip_fatbin) #2`, so that each names one section.
+fn labels(sections: &[SectionContainers<'_>]) -> Vec<String> {
+    let names: Vec<String> = sections.iter().map(|s| section_name(&s.section)).collect();
+    let mut total: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for name in &names {
+        *total.entry(name).or_default() += 1;
+    }
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    names
+        .iter()
+        .map(|name| {
+            if total[name.as_str()] < 2 {
+                return name.clone();
+            }
+            let k = seen.entry(name).or_default();
+            *k += 1;
+            format!("{name} #{k}")
+        })
+        .collect()
+}
+
+/// A section's name: `member.o(.hip_fatbin)` in an archive.
 fn section_name(s: &OffloadSection) -> String {
     match &s.member {
         Some(m) => format!("{m}({})", s.name),
@@ -301,18 +326,19 @@ fn section_name(s: &OffloadSection) -> String {
 fn file_output<'a>(
     data: &'a [u8],
     sections: &[SectionContainers<'a>],
+    labels: &[String],
     candidates: Vec<Candidate<'a>>,
     done: &mut Done<'_>,
 ) -> Option<Output<'a>> {
     let mut output = None;
     for c in candidates {
         let s = &sections[c.section].section;
-        let name = section_name(s);
+        let name = labels[c.section].clone();
         if output.is_some() {
             done.deferred.push(name);
             continue;
         }
-        let compacted = compact(data, s.file_offset, s.size, c.placed, &c.pinned);
+        let compacted = compact(data, s.file_offset, s.size, c.placed, c.in_place);
         output = done.record(name, s.file_offset, compacted);
     }
     output
@@ -323,6 +349,7 @@ fn file_output<'a>(
 fn archive_output<'a>(
     data: &'a [u8],
     sections: &[SectionContainers<'a>],
+    labels: &[String],
     candidates: Vec<Candidate<'a>>,
     done: &mut Done<'_>,
 ) -> Option<Output<'a>> {
@@ -330,8 +357,7 @@ fn archive_output<'a>(
         Ok(m) => m,
         Err(e) => {
             for c in candidates {
-                done.left
-                    .push((section_name(&sections[c.section].section), e.to_string()));
+                done.left.push((labels[c.section].clone(), e.to_string()));
             }
             return None;
         }
@@ -339,7 +365,7 @@ fn archive_output<'a>(
     let mut new = std::collections::BTreeMap::new();
     for c in candidates {
         let s = &sections[c.section].section;
-        let name = section_name(s);
+        let name = labels[c.section].clone();
         let Some((mi, m)) = members
             .iter()
             .enumerate()
@@ -353,7 +379,7 @@ fn archive_output<'a>(
             continue;
         }
         let bytes = &data[m.data as usize..(m.data + m.size) as usize];
-        let compacted = compact(bytes, s.file_offset - m.data, s.size, c.placed, &c.pinned);
+        let compacted = compact(bytes, s.file_offset - m.data, s.size, c.placed, c.in_place);
         if let Some(out) = done.record(name, s.file_offset, compacted) {
             new.insert(mi, out);
         }
@@ -366,6 +392,7 @@ fn archive_output<'a>(
         Err(e) => {
             done.left.push(("archive".into(), e.to_string()));
             done.deferred.clear();
+            done.holes.clear();
             None
         }
     }
@@ -389,71 +416,67 @@ enum Compacted<'a> {
 /// `data` (a whole file or an archive member) with its section at `offset`
 /// of `size` bytes replaced by `placed`: a raw container file packed, an ELF
 /// file compacted around the section, or, where that is not safe, the
-/// section rewritten in place with holes.
+/// section rewritten in place with holes (`in_place`: each container's bytes
+/// where it stands).
 fn compact<'a>(
     data: &'a [u8],
     offset: u64,
     size: u64,
     placed: Vec<elf::Placed<'a>>,
-    pinned: &[bool],
+    in_place: Vec<Result<container::InPlace<'a>, &'static str>>,
 ) -> Result<Option<Compacted<'a>>, Unsafe> {
     if offset == 0 && size == data.len() as u64 && !data.starts_with(b"\x7fELF") {
         return Ok(Some(Compacted::Packed(raw(placed))));
     }
     match elf::compact(data, offset, size, &placed) {
         Ok(packed) => Ok(packed.map(Compacted::Packed)),
-        Err(why) => holes(data, offset, size, placed, pinned, why),
+        Err(why) if why.in_place => holes(data, offset, size, &placed, in_place, why),
+        Err(why) => Err(why),
     }
 }
 
-/// Section `offset..offset + size` of `data` with each container's new bytes
-/// where it stood, and zeros to where it ended (see [`Holes`]); `why`, the
-/// reason it could not be compacted, when that frees no page.
+/// Section `offset..offset + size` of `data` with each container that
+/// changes rewritten where it stands (see [`Holes`]); `why`, the reason it
+/// could not be compacted, when that leaves no whole page of zeros.
 fn holes<'a>(
     data: &'a [u8],
     offset: u64,
     size: u64,
-    placed: Vec<elf::Placed<'a>>,
-    pinned: &[bool],
+    placed: &[elf::Placed<'a>],
+    in_place: Vec<Result<container::InPlace<'a>, &'static str>>,
     why: Unsafe,
 ) -> Result<Option<Compacted<'a>>, Unsafe> {
     let (start, end) = (offset as usize, (offset + size) as usize);
     let section = &data[start..end];
     let mut output = Output::default();
     output.push(Piece::Copy(&data[..start]));
-    let mut at = 0u64;
+    let mut at = 0usize;
     let mut bytes = 0u64;
     let mut whole = Vec::new();
-    for (p, &pinned) in placed.into_iter().zip(pinned) {
+    for (p, in_place) in placed.iter().zip(in_place) {
         let (old, old_end) = (p.old as usize, (p.old + p.old_len) as usize);
-        output.push(Piece::Copy(&section[at as usize..old]));
-        at = p.old + p.old_len;
-        let keep = if p.same {
-            None
-        } else if pinned {
-            Some("the section cannot be compacted, and something outside this container may point inside it")
-        } else if p.output.len() > p.old_len {
-            Some("the section cannot be compacted, and its new bytes do not fit where it was")
-        } else {
-            let zeros = p.old_len - p.output.len();
-            output.extend(p.output);
-            output.push(Piece::Zeros(zeros));
-            bytes += zeros;
-            continue;
-        };
-        if let Some(reason) = keep {
-            whole.push((p.old, reason));
+        output.push(Piece::Copy(&section[at..old]));
+        at = old_end;
+        match in_place {
+            _ if p.same => output.push(Piece::Copy(&section[old..old_end])),
+            Ok(new) => {
+                bytes += new.removed;
+                output.extend(new.output);
+            }
+            Err(reason) => {
+                whole.push((p.old, reason));
+                output.push(Piece::Copy(&section[old..old_end]));
+            }
         }
-        output.push(Piece::Copy(&section[old..old_end]));
     }
-    output.push(Piece::Copy(&section[at as usize..]));
+    output.push(Piece::Copy(&section[at..]));
     output.push(Piece::Copy(&data[end..]));
-    if bytes < elf::PAGE {
+    if output.zero_blocks() == 0 {
         return Err(why);
     }
     Ok(Some(Compacted::Holes {
         output,
-        why: why.0,
+        why: why.why,
         bytes,
         whole,
     }))

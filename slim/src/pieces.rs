@@ -6,6 +6,10 @@
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
 
+/// The block size holes are made of: the page size of the machines this
+/// runs on, and the block size of their usual file systems.
+pub const BLOCK: u64 = 4096;
+
 /// One piece of an output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece<'a> {
@@ -105,27 +109,57 @@ impl<'a> Output<'a> {
         }
     }
 
-    /// Writes the output to `file` (new and empty), leaving runs of zeros of
-    /// a page or more unwritten: holes, which read as zeros and take no disk
-    /// blocks where the file system supports them.
+    /// Writes the output to `file` (new and empty), leaving every
+    /// [`BLOCK`]-aligned block of zeros unwritten (as `cp --sparse` does):
+    /// holes, which read as zeros and take no disk blocks where the file
+    /// system supports them. Zeros the output was given ([`Piece::Zeros`])
+    /// and zeros in the bytes it copies (a hole of an earlier pass) alike.
     pub fn write_sparse(&self, file: &mut File) -> io::Result<()> {
-        const HOLE: u64 = 4096;
-        let mut w = io::BufWriter::with_capacity(1 << 20, file);
+        let mut w = Sparse {
+            w: io::BufWriter::with_capacity(1 << 20, file),
+            pos: 0,
+        };
         for piece in &self.pieces {
             match piece {
-                Piece::Zeros(n) if *n >= HOLE => {
-                    let step = i64::try_from(*n).map_err(|_| {
-                        io::Error::new(io::ErrorKind::InvalidInput, "hole too large")
-                    })?;
-                    w.seek(SeekFrom::Current(step))?;
-                }
-                other => Output::write_piece(other, &mut w)?,
+                Piece::Copy(b) => w.bytes(b)?,
+                Piece::Owned(b) => w.bytes(b)?,
+                Piece::Zeros(n) => w.zeros(*n)?,
             }
         }
-        w.flush()?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
+        w.w.flush()?;
+        let file = w.w.into_inner().map_err(|e| e.into_error())?;
         // A hole at the end: the length says where the file ends.
         file.set_len(self.len)
+    }
+
+    /// Bytes of the [`BLOCK`]-aligned blocks (from the output's start) that
+    /// lie wholly in runs of [`Piece::Zeros`].
+    pub fn zero_blocks(&self) -> u64 {
+        let mut pos = 0u64;
+        let mut run: Option<u64> = None;
+        let mut total = 0u64;
+        let blocks = |start: u64, end: u64| {
+            let (first, last) = (start.next_multiple_of(BLOCK), end / BLOCK * BLOCK);
+            last.saturating_sub(first)
+        };
+        for piece in &self.pieces {
+            let end = pos + piece.len();
+            match piece {
+                Piece::Zeros(_) => {
+                    run.get_or_insert(pos);
+                }
+                _ => {
+                    if let Some(start) = run.take() {
+                        total += blocks(start, pos);
+                    }
+                }
+            }
+            pos = end;
+        }
+        if let Some(start) = run {
+            total += blocks(start, pos);
+        }
+        total
     }
 
     /// The output as one buffer (tests, small files).
@@ -133,6 +167,52 @@ impl<'a> Output<'a> {
         let mut out = Vec::with_capacity(self.len as usize);
         self.write_to(&mut out).expect("writing to a Vec");
         out
+    }
+}
+
+/// A writer that seeks over aligned blocks of zeros.
+struct Sparse<W: Write + Seek> {
+    w: W,
+    /// Where the next byte goes.
+    pos: u64,
+}
+
+impl<W: Write + Seek> Sparse<W> {
+    /// Writes `b`, each whole aligned block of zeros in it as a hole.
+    fn bytes(&mut self, mut b: &[u8]) -> io::Result<()> {
+        while !b.is_empty() {
+            let n = ((BLOCK - self.pos % BLOCK) as usize).min(b.len());
+            let (chunk, rest) = b.split_at(n);
+            if n as u64 == BLOCK && chunk.iter().all(|&x| x == 0) {
+                self.w.seek(SeekFrom::Current(BLOCK as i64))?;
+            } else {
+                self.w.write_all(chunk)?;
+            }
+            self.pos += n as u64;
+            b = rest;
+        }
+        Ok(())
+    }
+
+    /// Writes `n` zeros: the whole aligned blocks among them as holes.
+    fn zeros(&mut self, mut n: u64) -> io::Result<()> {
+        static ZEROS: [u8; BLOCK as usize] = [0; BLOCK as usize];
+        while n > 0 {
+            let head = (BLOCK - self.pos % BLOCK).min(n);
+            if head < BLOCK {
+                self.w.write_all(&ZEROS[..head as usize])?;
+                self.pos += head;
+                n -= head;
+                continue;
+            }
+            let whole = n / BLOCK * BLOCK;
+            let step = i64::try_from(whole)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "hole too large"))?;
+            self.w.seek(SeekFrom::Current(step))?;
+            self.pos += whole;
+            n -= whole;
+        }
+        Ok(())
     }
 }
 
@@ -156,9 +236,12 @@ mod tests {
     /// a hole at the end included.
     #[test]
     fn sparse_writes_read_back_the_same() {
+        static COPIED: [u8; 1 << 20] = [0; 1 << 20];
         let mut o = Output::default();
         o.push(Piece::Copy(b"start"));
         o.push(Piece::Zeros(1 << 20));
+        // Zeros among copied bytes (a hole of an earlier pass) too.
+        o.push(Piece::Copy(&COPIED));
         o.push(Piece::Owned(b"middle".to_vec()));
         o.push(Piece::Zeros(100));
         o.push(Piece::Copy(b"end"));
@@ -172,8 +255,16 @@ mod tests {
             .unwrap();
         o.write_sparse(&mut f).unwrap();
         drop(f);
+        // Three MiB of zeros, three MiB of holes: the disk keeps a few blocks.
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), o.len());
+        assert!(meta.blocks() * 512 < 1 << 20, "{} blocks", meta.blocks());
         let back = std::fs::read(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert!(back == o.to_vec());
+        // Only given zeros count: from byte 5 to 5 + 2^20, 255 whole
+        // blocks; the last run, from 2^21 + 114 to the end, 255 more.
+        assert_eq!(o.zero_blocks(), 2 * 255 * BLOCK);
     }
 }

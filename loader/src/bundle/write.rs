@@ -48,21 +48,7 @@ impl Layout {
     pub fn new(ids: &[&str], sizes: &[u64], align: u64) -> Layout {
         let align = align.max(1);
         let offsets = offsets(ids.iter().copied(), sizes, align);
-        let mut header = Vec::with_capacity(
-            (HEADER_LEN
-                + ids
-                    .iter()
-                    .map(|id| ENTRY_FIXED_LEN + id.len() as u64)
-                    .sum::<u64>()) as usize,
-        );
-        header.extend_from_slice(magic::BUNDLE);
-        header.extend((ids.len() as u64).to_le_bytes());
-        for ((id, size), offset) in ids.iter().zip(sizes).zip(&offsets) {
-            header.extend(offset.to_le_bytes());
-            header.extend(size.to_le_bytes());
-            header.extend((id.len() as u64).to_le_bytes());
-            header.extend(id.as_bytes());
-        }
+        let header = table(ids, sizes, &offsets);
         let len = offsets
             .iter()
             .zip(sizes)
@@ -74,6 +60,22 @@ impl Layout {
             len,
         }
     }
+}
+
+/// The magic, count and table of a bundle whose entries `ids` have code
+/// objects of `sizes` at `offsets` (from the bundle's start), in that order.
+pub fn table(ids: &[&str], sizes: &[u64], offsets: &[u64]) -> Vec<u8> {
+    let table: u64 = ids.iter().map(|id| ENTRY_FIXED_LEN + id.len() as u64).sum();
+    let mut header = Vec::with_capacity((HEADER_LEN + table) as usize);
+    header.extend_from_slice(magic::BUNDLE);
+    header.extend((ids.len() as u64).to_le_bytes());
+    for ((id, size), offset) in ids.iter().zip(sizes).zip(offsets) {
+        header.extend(offset.to_le_bytes());
+        header.extend(size.to_le_bytes());
+        header.extend((id.len() as u64).to_le_bytes());
+        header.extend(id.as_bytes());
+    }
+    header
 }
 
 /// The bundle of `entries` (ID, code object), in that order, aligned to

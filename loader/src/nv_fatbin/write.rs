@@ -147,8 +147,14 @@ fn regroup(
     if group.compression() != Compression::None {
         h[16..20].copy_from_slice(&stored_len.to_le_bytes());
         h[56..64].copy_from_slice(&(inflated.len() as u64).to_le_bytes());
-    } else if h[16..20] != [0; 4] {
-        h[16..20].copy_from_slice(&stored_len.to_le_bytes());
+    } else {
+        // A stored group: whatever sizes it states, restated.
+        if h[16..20] != [0; 4] {
+            h[16..20].copy_from_slice(&stored_len.to_le_bytes());
+        }
+        if h[56..64] != [0; 8] {
+            h[56..64].copy_from_slice(&(inflated.len() as u64).to_le_bytes());
+        }
     }
     out.extend_from_slice(&h);
     out.extend_from_slice(&(kept.len() as u32).to_le_bytes());
