@@ -7,11 +7,14 @@
 //! keep (`offload-probe slim` asks `offload-loader`'s selection).
 //!
 //! Data flows one way: `pieces` (an output as runs of the input and new
-//! bytes) → `container` (one container rewritten with the format writers of
-//! `offload-loader`) → `elf` (the file compacted around one section) → this
-//! file ([`slim`]: which containers, which section, what to report) →
-//! `file` ([`slim_file`]: the images each device selects, the result
-//! written, read back and verified, renamed into place).
+//! bytes, written with holes for blocks of zeros) → `container` (one
+//! container rewritten with the format writers of `offload-loader`, packed
+//! or where it stands) → `elf` (the file compacted around one section) →
+//! this file ([`slim`]: which containers, which section, compacted or, where
+//! that is not safe, rewritten in place with [`Holes`]; what to report) →
+//! `file` ([`slim_file`]: the images each device selects, one pass per
+//! section, the result written, read back and verified, renamed into
+//! place).
 
 mod archive;
 mod container;
