@@ -374,6 +374,9 @@ pub fn compact<'a>(
         .chain([page])
         .max()
         .unwrap_or(page);
+    if lv.checked_add(lm).is_none() || addr.checked_add(size).is_none() {
+        return Err(unsafe_("the section's segment runs past the end of memory"));
+    }
     if lm < lf {
         return Err(unsafe_(
             "the section's segment is smaller in memory than in the file",
@@ -465,7 +468,7 @@ pub fn compact<'a>(
         shdrs.iter().any(|s| {
             s.sh_flags(endian) & u64::from(elf::SHF_EXECINSTR) != 0
                 && s.sh_addr(endian) < to
-                && s.sh_addr(endian) + s.sh_size(endian) > from
+                && s.sh_addr(endian).saturating_add(s.sh_size(endian)) > from
         })
     };
     let flags_for = |from: u64, to: u64| {
@@ -919,7 +922,7 @@ fn patch_sections(
             && s.sh_type(endian) != elf::SHT_NULL
             && s.sh_size(endian) > 0
             && off < end
-            && off + s.sh_size(endian) > start
+            && off.saturating_add(s.sh_size(endian)) > start
         {
             return Err(unsafe_(format!(
                 "section {i} lies in the bytes that would go"
