@@ -5,7 +5,10 @@
 #  2. sizes before and after for the real libraries, for one and two targets;
 #  3. against NVIDIA's nvprune on an nvcc 13 object and archive (nvprune
 #     refuses executables and shared libraries), when NVPRUNE names it
-#     (Debian non-free nvidia-cuda-toolkit: ../shared/REFERENCES.md says how).
+#     (Debian non-free nvidia-cuda-toolkit: ../shared/REFERENCES.md says how);
+#  4. compressed bundles: a clang-22 HIP library of 8 CCOBs slimmed with 1
+#     and 2 threads, against inflating and compressing its payloads again
+#     with the zstd tool (level 3, long-distance matching, as the bundler).
 # usage: probe/benches/slim.sh   (needs hyperfine, valgrind; the CUDA wheels and
 #        the cupy-rocm wheel fetched by .ci/run)
 set -euo pipefail
@@ -73,3 +76,40 @@ PY
     -n "nvprune -arch sm_80 (archive)" "$NVPRUNE -arch sm_80 $work/libbig.a -o $work/p.a" \
     -n "offload-probe slim --device sm_80 (archive)" "$probe slim $work/libbig.a --device sm_80 --output $work/s2"
 fi
+
+echo "== 4. compressed bundles: 8 CCOBs, 1 and 2 threads, against zstd -d | zstd -3 --long"
+clang=/usr/lib/llvm-22/bin/clang
+python3 - "$work" <<'PY'
+import random, sys
+for t in range(8):
+    def pad(seed):
+        r = random.Random(seed)
+        return "__attribute__((device)) unsigned long long pad%d[65536] = {%s};\n" % (t, ",".join("%#xull" % r.getrandbits(64) for _ in range(65536)))
+    body = "".join(f"#{'if' if i == 0 else 'elif'} defined(__{a}__)\n{pad(t * 10 + i)}" for i, a in enumerate(["gfx90a", "gfx942", "gfx1100"])) + f"#else\n__attribute__((device)) unsigned long long pad{t}[1];\n#endif\n"
+    open(f"{sys.argv[1]}/tu{t}.hip", "w").write(
+        "typedef unsigned long size_t;\nstruct dim3 { unsigned x, y, z; };\n"
+        'extern "C" int hipLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);\n'
+        'extern "C" unsigned __hipPopCallConfiguration(dim3 *, dim3 *, size_t *, void **);\n'
+        + body + f'extern "C" __attribute__((global)) void k{t}(unsigned long long *x) {{ x[0] = pad{t}[x[1]]; }}\n')
+PY
+(cd "$work" && "$clang" -x hip --offload-arch=gfx90a --offload-arch=gfx942 --offload-arch=gfx1100 \
+   --offload-compress -nogpulib -nogpuinc -fPIC -shared tu*.hip -o libccob.so)
+objcopy -O binary --only-section=.hip_fatbin "$work/libccob.so" "$work/fatbin"
+python3 - "$work" <<'PY'
+import struct, sys
+d = open(f"{sys.argv[1]}/fatbin", "rb").read()
+at, n = d.find(b"CCOB"), 0
+while at >= 0:
+    version = struct.unpack_from("<H", d, at + 4)[0]
+    total, head = (struct.unpack_from("<I", d, at + 8)[0], 24) if version == 2 else (struct.unpack_from("<Q", d, at + 8)[0], 32)
+    open(f"{sys.argv[1]}/payload{n}.zst", "wb").write(d[at + head:at + total])
+    n += 1
+    at = d.find(b"CCOB", at + total)
+print(f"libccob.so: {len(d)} bytes of .hip_fatbin in {n} CCOBs")
+PY
+ls -l "$work/libccob.so" | awk '{print "libccob.so:", $5, "bytes"}'
+hyperfine -N --warmup 1 --runs 10 --prepare "rm -rf $work/c1 $work/c2" \
+  -n "zstd -d | zstd -3 --long (every payload, one thread)" "bash -c 'for f in $work/payload*.zst; do zstd -q -d -c \$f | zstd -q -3 --long -c >/dev/null; done'" \
+  -n "offload-probe slim (1 thread)" "env RAYON_NUM_THREADS=1 $probe slim $work/libccob.so --device gfx90a --output $work/c1" \
+  -n "offload-probe slim (2 threads)" "env RAYON_NUM_THREADS=2 $probe slim $work/libccob.so --device gfx90a --output $work/c2"
+"$probe" slim "$work/libccob.so" --device gfx90a --dry-run | tail -n 1

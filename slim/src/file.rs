@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use offload_loader::bundle::Bundle;
 use offload_loader::image::CodeKind;
 use offload_loader::target::Vendor;
 use offload_loader::{
@@ -491,21 +492,19 @@ fn selected<'c, 'a>(
     out
 }
 
-/// Whether every device selects, from `after`, byte-identical images to
-/// those the plan found it selects in `before`, in the same order. The bytes
-/// are compared directly (a stored image is borrowed from the mapping; a
-/// compressed one is inflated, one at a time).
+/// Where each kept image of the original is in the result: (container
+/// offset, image index) in one → the same in the other.
+type Pairs = BTreeMap<(u64, usize), (u64, usize)>;
+
+/// Whether every device selects, from `after`, the images it selects in the
+/// original (`chosen`, see [`Plan`]), in the same order: through `pairs`,
+/// whose images [`same_kept`] found byte-identical.
 fn same_selections(
-    before: &[SectionContainers<'_>],
     chosen: &[Vec<(u64, usize)>],
+    pairs: &Pairs,
     after: &[SectionContainers<'_>],
     devices: &[DeviceTarget],
 ) -> Result<(), String> {
-    let containers: BTreeMap<u64, &offload_loader::Container<'_>> = before
-        .iter()
-        .flat_map(|s| s.containers.iter().flatten())
-        .map(|c| (c.offset(), c))
-        .collect();
     for (device, b) in devices.iter().zip(chosen) {
         let a = selected(after, device);
         if b.len() != a.len() {
@@ -515,18 +514,11 @@ fn same_selections(
                 b.len()
             ));
         }
-        for (&(offset, bi), (ac, ai)) in b.iter().zip(a) {
-            let bc = *containers
-                .get(&offset)
-                .ok_or("a selected image's container is not in the original")?;
-            let old = bc.take_image(bi).map_err(|e| e.to_string())?;
-            let new = ac
-                .take_image(ai)
-                .map_err(|e| format!("reading the result back: {e}"))?;
-            if old != new {
+        for (old, (ac, ai)) in b.iter().zip(a) {
+            if pairs.get(old) != Some(&(ac.offset(), ai)) {
                 return Err(format!(
-                    "{device} would load different bytes for {} from the result",
-                    bc.images()[bi].id
+                    "{device} would load {} from the result, not the image it loads from the original",
+                    ac.images()[ai].id
                 ));
             }
         }
@@ -536,52 +528,110 @@ fn same_selections(
 
 /// Whether `after` holds exactly the images the `containers` reports keep
 /// from `before`, in order, each with its ID and byte for byte (a container
-/// without a report, or left whole, keeps every image; one removed, none).
+/// without a report, or left whole, keeps every image; one removed, none);
+/// where each is. Every container but a removed one has its counterpart in
+/// the result, in order; a compressed bundle is inflated once on each side
+/// (without the hash check: the bytes are compared instead).
 fn same_kept(
     before: &[SectionContainers<'_>],
     containers: &[ContainerSummary],
     after: &[SectionContainers<'_>],
-) -> Result<(), String> {
+    limits: &Limits,
+) -> Result<Pairs, String> {
     let reports: BTreeMap<u64, &ContainerSummary> =
         containers.iter().map(|c| (c.report.offset, c)).collect();
     let mut want = Vec::new();
     for c in before.iter().flat_map(|s| s.containers.iter().flatten()) {
-        let kept: Vec<usize> = match reports.get(&c.offset()) {
-            Some(r) if r.report.outcome == Outcome::Removed => Vec::new(),
-            Some(r) => r.report.kept.clone(),
-            None => (0..c.images().len()).collect(),
-        };
-        want.extend(kept.into_iter().map(|i| (c, i)));
+        match reports.get(&c.offset()) {
+            Some(r) if r.report.outcome == Outcome::Removed => {}
+            Some(r) => want.push((c, r.report.kept.clone())),
+            None => want.push((c, (0..c.images().len()).collect())),
+        }
     }
     let got: Vec<_> = after
         .iter()
         .flat_map(|s| s.containers.iter().flatten())
-        .flat_map(|c| (0..c.images().len()).map(move |i| (c, i)))
         .collect();
     if want.len() != got.len() {
         return Err(format!(
-            "the result holds {} images, {} were to stay",
+            "the result has {} containers, {} were to stay",
             got.len(),
             want.len()
         ));
     }
-    for ((bc, bi), (ac, ai)) in want.into_iter().zip(got) {
-        let id = &bc.images()[bi].id;
-        if *id != ac.images()[ai].id {
+    let limits = Limits {
+        verify_hash: false,
+        ..*limits
+    };
+    let mut pairs = Pairs::new();
+    for ((bc, kept), ac) in want.into_iter().zip(got) {
+        if kept.len() != ac.images().len() {
             return Err(format!(
-                "the result holds {} where {id} was to stay",
-                ac.images()[ai].id
+                "the container at {:#x} of the result holds {} images, {} were to stay",
+                ac.offset(),
+                ac.images().len(),
+                kept.len()
             ));
         }
-        let old = bc.take_image(bi).map_err(|e| e.to_string())?;
-        let new = ac
-            .take_image(ai)
-            .map_err(|e| format!("reading the result back: {e}"))?;
-        if old != new {
-            return Err(format!("{id} in the result is not the original's bytes"));
+        let (old, new) = (Code::of(bc, &limits)?, Code::of(ac, &limits)?);
+        for (ai, &bi) in kept.iter().enumerate() {
+            let id = &bc.images()[bi].id;
+            if *id != ac.images()[ai].id {
+                return Err(format!(
+                    "the result holds {} where {id} was to stay",
+                    ac.images()[ai].id
+                ));
+            }
+            if old.image(bc, bi, &limits)? != new.image(ac, ai, &limits)? {
+                return Err(format!("{id} in the result is not the original's bytes"));
+            }
+            pairs.insert((bc.offset(), bi), (ac.offset(), ai));
         }
     }
-    Ok(())
+    Ok(pairs)
+}
+
+/// A container's images, for comparing: a compressed bundle inflated once;
+/// other containers' images read one by one (borrowed where stored).
+enum Code {
+    Inflated(Vec<u8>),
+    Each,
+}
+
+impl Code {
+    fn of(c: &offload_loader::Container<'_>, limits: &Limits) -> Result<Code, String> {
+        match c.compression() {
+            Some(ccob) => ccob
+                .decompress(limits)
+                .map(Code::Inflated)
+                .map_err(|e| format!("inflating the container at {:#x}: {e}", c.offset())),
+            None => Ok(Code::Each),
+        }
+    }
+
+    /// The bytes of image `i` of `c` (the container this was made of).
+    fn image<'x>(
+        &'x self,
+        c: &'x offload_loader::Container<'_>,
+        i: usize,
+        limits: &Limits,
+    ) -> Result<std::borrow::Cow<'x, [u8]>, String> {
+        let bad = |e: offload_loader::Error| format!("the container at {:#x}: {e}", c.offset());
+        match self {
+            Code::Each => c.take_image(i).map_err(bad),
+            Code::Inflated(bytes) => {
+                let bundle = Bundle::parse(bytes, limits).map_err(bad)?;
+                let entry = bundle
+                    .entries()
+                    .get(c.images()[i].index)
+                    .ok_or_else(|| format!("the container at {:#x} lost an entry", c.offset()))?;
+                bundle
+                    .code_object(entry)
+                    .map(std::borrow::Cow::Borrowed)
+                    .map_err(bad)
+            }
+        }
+    }
 }
 
 /// Writes `output` to a temporary file beside `target`, reads it back
@@ -626,13 +676,13 @@ fn write_verified(
         let new_sections = written
             .containers(&options.limits)
             .map_err(|e| format!("reading the result back: {e}"))?;
-        same_selections(
+        same_kept(
             expected.sections,
-            expected.chosen,
+            expected.containers,
             &new_sections,
-            &options.devices,
+            &options.limits,
         )
-        .and_then(|()| same_kept(expected.sections, expected.containers, &new_sections))
+        .and_then(|pairs| same_selections(expected.chosen, &pairs, &new_sections, &options.devices))
         .map_err(|e| format!("verification failed: {e}; nothing written"))?;
         fs::rename(&temp, target).map_err(|e| format!("{}: {e}", target.display()))?;
         // The rename itself reaches the disk before we say it is done.
@@ -746,8 +796,8 @@ mod tests {
         })
         .unwrap();
         for (bytes, why) in [
-            (changed, "would load different bytes"),
-            (dropped, "would load different bytes"),
+            (changed, "gfx1100 in the result is not the original's bytes"),
+            (dropped, "holds 3 images, 2 were to stay"),
         ] {
             let target = out.join("wrong.bundle");
             let err = write_verified(
@@ -799,10 +849,24 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            err.contains("selects 0 images from the result, 1 from the original"),
+            err.contains("gfx90a:xnack- where hipv4-amdgcn-amd-amdhsa--gfx1100 was to stay"),
             "{err}"
         );
         assert_eq!(listing(&out), ["right.bundle"]);
+        // A device that selects another of the kept images than it did.
+        let result = MappedFile::open(&right).unwrap();
+        let after = result.containers(&options.limits).unwrap();
+        let pairs = same_kept(&sections, &report.containers, &after, &options.limits).unwrap();
+        assert!(same_selections(&plan.chosen, &pairs, &after, &options.devices).is_ok());
+        let mut wrong = pairs.clone();
+        for v in wrong.values_mut() {
+            v.1 = 0;
+        }
+        let err = same_selections(&plan.chosen, &wrong, &after, &options.devices).unwrap_err();
+        assert!(
+            err.contains("not the image it loads from the original"),
+            "{err}"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 }
