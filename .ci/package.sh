@@ -12,6 +12,13 @@ log=$(mktemp)
 # builds them: verified beside the workspace's own build, cargo 1.95 built
 # offload-slim's registry copy of offload-loader without the `write` feature
 # it asks for.
+# Cargo extracts each packaged crate into its registry sources under a
+# directory named for the local registry's path, which is the same from one
+# run to the next, and does not extract a crate again whose name and version
+# it finds there: a copy from an earlier run (same version, older code)
+# would be built instead of this one. These crates are never fetched from
+# crates.io, so their extracted copies go.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/offload-{loader,detect,slim,probe,loader-ffi}-[0-9]*
 if ! CARGO_TARGET_DIR=target/package-check cargo package --workspace --allow-dirty \
   --exclude offload-loader-workspace --exclude offload-test-drivers >"$log" 2>&1; then
   cat "$log"

@@ -177,22 +177,24 @@ fn big_app(archs: &[&str]) -> LinkedProgram {
     LinkedProgram::hip_text(archs, "app_big.hip", &big_source())
 }
 
+/// 32 KiB of device data that does not compress: an LCG's output from `seed`.
+fn pad(seed: u64) -> String {
+    let mut x = seed;
+    let words: Vec<String> = (0..4096)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            format!("{x:#x}ull")
+        })
+        .collect();
+    format!(
+        "__attribute__((device)) unsigned long long pad[4096] = {{{}}};\n",
+        words.join(",")
+    )
+}
+
 fn big_source() -> String {
-    let pad = |seed: u64| {
-        let mut x = seed;
-        let words: Vec<String> = (0..4096)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                format!("{x:#x}ull")
-            })
-            .collect();
-        format!(
-            "__attribute__((device)) unsigned long long pad[4096] = {{{}}};\n",
-            words.join(",")
-        )
-    };
     std::fs::read_to_string(program("app.hip")).unwrap()
         + &format!(
             "#if defined(__gfx90a__)\n{}#elif defined(__gfx1100__)\n{}#elif defined(__gfx906__)\n{}#else\n{}#endif\n",
@@ -853,21 +855,6 @@ fn a_section_that_cannot_be_compacted_gets_holes() {
         return;
     }
     let dir = temp_dir();
-    let pad = |seed: u64| {
-        let mut x = seed;
-        let words: Vec<String> = (0..4096)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                format!("{x:#x}ull")
-            })
-            .collect();
-        format!(
-            "__attribute__((device)) unsigned long long pad[4096] = {{{}}};\n",
-            words.join(",")
-        )
-    };
     // No headers: the target's C library is not installed here.
     let source = format!(
         "typedef unsigned long size_t;\n\

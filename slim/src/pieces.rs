@@ -110,7 +110,7 @@ impl<'a> Output<'a> {
     }
 
     /// Writes the output to `file` (new and empty), leaving every
-    /// [`BLOCK`]-aligned block of zeros unwritten (as `cp --sparse` does):
+    /// 4 KiB-aligned block of zeros unwritten (as `cp --sparse` does):
     /// holes, which read as zeros and take no disk blocks where the file
     /// system supports them. Zeros the output was given ([`Piece::Zeros`])
     /// and zeros in the bytes it copies (a hole of an earlier pass) alike.
@@ -132,7 +132,7 @@ impl<'a> Output<'a> {
         file.set_len(self.len)
     }
 
-    /// Bytes of the [`BLOCK`]-aligned blocks (from the output's start) that
+    /// Bytes of the 4 KiB-aligned blocks (from the output's start) that
     /// lie wholly in runs of [`Piece::Zeros`].
     pub fn zero_blocks(&self) -> u64 {
         let mut pos = 0u64;
