@@ -844,7 +844,8 @@ fn one_run_compacts_every_offload_section() {
 /// be compacted, so it is rewritten in place. The file keeps its length and
 /// every section header; the removed code object's bytes are holes, which
 /// the disk does not keep; `clang-offload-bundler` lists the host and the
-/// kept target and unbundles the original's bytes.
+/// kept target and unbundles the original's bytes. The same for an NVIDIA
+/// fat binary in its place, checked with `cuobjdump`.
 #[test]
 fn a_section_that_cannot_be_compacted_gets_holes() {
     let Some(e) = loader() else { return };
@@ -933,4 +934,76 @@ fn a_section_that_cannot_be_compacted_gets_holes() {
     let id = "hipv4-amdgcn-amd-amdhsa--gfx1100";
     assert!(e.tc.unbundle(&new, id).unwrap() == e.tc.unbundle(&old, id).unwrap());
     assert!(e.tc.bundler_list(&old).unwrap().len() == 3);
+
+    // The same library with an nvcc fat binary (sm_80 and sm_90a cubins of
+    // 24 KiB of data each) in place of its bundle, as `.nv_fatbin`
+    // (llvm-objcopy keeps the layout): slimmed for sm_90, cuobjdump lists and
+    // extracts the sm_90a cubin alone, the original's bytes, past the zeros
+    // that follow the rewritten fat binary.
+    let Some(cuda) = cuda() else { return };
+    let Some(objcopy) = tool("llvm-objcopy", 22) else {
+        return;
+    };
+    let cu = dir.join("f.cu");
+    std::fs::write(
+        &cu,
+        "__device__ unsigned long long pad[3000] = {1, 2, 3};\n\
+         extern \"C\" __global__ void add_one(int *x) { x[threadIdx.x] += (int)pad[threadIdx.x]; }\n",
+    )
+    .unwrap();
+    let fatbin = dir.join("f.fatbin");
+    let path = format!(
+        "{}:{}",
+        cuda.bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    run_ok(
+        Command::new(&cuda.nvcc)
+            .env("PATH", &path)
+            .args(["-fatbin", "-Xfatbin", "-compress=false"])
+            .args(["-gencode", "arch=compute_80,code=sm_80"])
+            .args(["-gencode", "arch=compute_90a,code=sm_90a"])
+            .arg(&cu)
+            .arg("-o")
+            .arg(&fatbin),
+    );
+    let mut bytes = std::fs::read(&fatbin).unwrap();
+    let size = e.tc.section(&lib, ".hip_fatbin").unwrap().size as usize;
+    assert!(bytes.len() <= size, "the fat binary does not fit");
+    bytes.resize(size, 0);
+    let padded = dir.join("f.padded");
+    std::fs::write(&padded, &bytes).unwrap();
+    let nv = dir.join("libnv.so");
+    std::fs::copy(&lib, &nv).unwrap();
+    run_ok(
+        Command::new(&objcopy)
+            .arg(format!("--update-section=.hip_fatbin={}", padded.display()))
+            .arg("--rename-section=.hip_fatbin=.nv_fatbin")
+            .arg(&nv),
+    );
+    let (code, text) = slim(&[
+        nv.to_str().unwrap(),
+        "--device",
+        "sm_90",
+        "--output",
+        out_dir.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        report["files"][0]["holes"][0]["section"], ".nv_fatbin",
+        "{text}"
+    );
+    let out = out_dir.join("libnv.so");
+    assert_eq!(
+        std::fs::metadata(&out).unwrap().len(),
+        std::fs::metadata(&nv).unwrap().len()
+    );
+    let kept = cuda.cuobjdump_extract(&out, "all");
+    let original = cuda.cuobjdump_extract(&nv, "all");
+    assert_eq!(original.len(), 2, "{original:?}");
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].1, "sm_90a");
+    assert!(original.iter().any(|o| o.1 == "sm_90a" && o.3 == kept[0].3));
 }
