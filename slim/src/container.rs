@@ -37,20 +37,19 @@ pub struct Rewrite<'a> {
     pub outcome: Outcome,
     /// Its bytes (empty when removed).
     pub output: Output<'a>,
-    /// Its bytes for a section that cannot be compacted: the container
-    /// rewritten where it stands, the same length, or why it cannot be.
+    /// How it is written for a section that cannot be compacted: where it
+    /// stands, at its old length, or why it cannot be.
     pub in_place: Result<InPlace<'a>, &'static str>,
 }
 
-/// A container rewritten without moving its start: a bundle keeps each
-/// kept code object where it was (only its table is new), other formats
-/// have their new bytes followed by zeros. Its length is the old one.
+/// A container rewritten without moving its start, at its old length.
 #[derive(Debug)]
-pub struct InPlace<'a> {
-    /// The bytes.
-    pub output: Output<'a>,
-    /// Bytes of removed images, now zeros.
-    pub removed: u64,
+pub enum InPlace<'a> {
+    /// Its new bytes ([`Rewrite::output`]), then zeros, if they fit.
+    Padded,
+    /// Bytes of its own: a bundle keeps each kept code object where it
+    /// was, and only its table is new; `removed` bytes of code are zeros.
+    Own { output: Output<'a>, removed: u64 },
 }
 
 /// Why an offload binary is not rewritten in place.
@@ -66,29 +65,17 @@ impl<'a> Rewrite<'a> {
         }
     }
 
-    /// Rewritten as `output`; in place, `output` and zeros to the old
-    /// length, when it fits.
-    fn rewritten(bytes: &[u8], output: Output<'a>) -> Rewrite<'a> {
-        let old = bytes.len() as u64;
-        let in_place = if output.len() <= old {
-            let mut o = output.clone();
-            o.pad_to(old);
-            Ok(InPlace {
-                output: o,
-                removed: old - output.len(),
-            })
-        } else {
-            Err("the section cannot be compacted, and its new bytes do not fit where it was")
-        };
+    fn whole(bytes: &'a [u8], why: impl Into<String>) -> Rewrite<'a> {
+        Rewrite::same(bytes, Outcome::Whole(why.into()))
+    }
+
+    /// Rewritten as `output`; in place, `output` and zeros.
+    fn rewritten(output: Output<'a>) -> Rewrite<'a> {
         Rewrite {
             outcome: Outcome::Rewritten,
             output,
-            in_place,
+            in_place: Ok(InPlace::Padded),
         }
-    }
-
-    fn whole(bytes: &'a [u8], why: impl Into<String>) -> Rewrite<'a> {
-        Rewrite::same(bytes, Outcome::Whole(why.into()))
     }
 }
 
@@ -195,7 +182,7 @@ pub fn rewrite<'a>(
                 Ok(b) => {
                     let mut output = Output::default();
                     output.push(Piece::Owned(b));
-                    Rewrite::rewritten(bytes, output)
+                    Rewrite::rewritten(output)
                 }
                 Err(e) => Rewrite::whole(bytes, format!("compressing it again failed: {e}")),
             }
@@ -219,7 +206,7 @@ pub fn rewrite<'a>(
                 Ok(out) => {
                     let mut output = Output::default();
                     output.push(Piece::Owned(out));
-                    Rewrite::rewritten(bytes, output)
+                    Rewrite::rewritten(output)
                 }
                 Err(e) => Rewrite::whole(
                     bytes,
@@ -293,7 +280,7 @@ fn bundle_in_place<'a>(
         return Err("its code objects lie past its end");
     }
     output.pad_to(bytes.len() as u64);
-    Ok(InPlace {
+    Ok(InPlace::Own {
         output,
         removed: removed.iter().map(|(e, _)| e.size).sum(),
     })

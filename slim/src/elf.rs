@@ -196,7 +196,7 @@ pub fn compact<'a>(
     data: &'a [u8],
     offset: u64,
     size: u64,
-    containers: &[Placed<'a>],
+    containers: &mut [Placed<'a>],
 ) -> Result<Option<Output<'a>>, Unsafe> {
     let bad = |e: object::Error| unsafe_(format!("its ELF headers cannot be read: {e}"));
     let header = Header::parse(data).map_err(bad)?;
@@ -218,22 +218,22 @@ pub fn compact<'a>(
     let align = section.sh_addralign(endian);
     let alloc = section.sh_flags(endian) & u64::from(elf::SHF_ALLOC) != 0;
 
-    // The new section: containers packed, each at the section's alignment.
+    // The new section: containers packed, each at the section's alignment
+    // (its bytes are taken from `containers` only once the file is known
+    // to be safe to compact: see [`packed`]).
     let align = align.clamp(1, PAGE);
-    let mut body = Output::default();
+    let mut new_size = 0u64;
     let mut moves = Vec::new();
     let mut removed: Vec<(u64, u64)> = Vec::new();
-    for c in containers {
+    for c in containers.iter() {
         if c.output.is_empty() {
             removed.push((c.old, c.old_len));
             continue;
         }
-        let at = body.len().next_multiple_of(align);
-        body.pad_to(at);
+        let at = new_size.next_multiple_of(align);
         moves.push((c.old, c.old_len, at, c.output.len(), c.same));
-        body.extend(c.output.clone());
+        new_size = at + c.output.len();
     }
-    let new_size = body.len();
     if new_size >= size {
         return Ok(None);
     }
@@ -336,7 +336,7 @@ pub fn compact<'a>(
             patch_object_relocations(&mut patches, data, shdrs, endian, index, &remap_as)?;
         }
         patches.copy(data, 0, offset, &mut out);
-        out.extend(body);
+        out.extend(packed(containers, align));
         out.pad_to(cut - shift);
         patches.copy(data, cut, data.len() as u64, &mut out);
         return Ok(Some(out));
@@ -708,7 +708,7 @@ pub fn compact<'a>(
 
     // The file: up to the section, its new bytes, the moved table, the rest.
     patches.copy(data, 0, offset, &mut out);
-    out.extend(body);
+    out.extend(packed(containers, align));
     if let Some(t) = table_at {
         out.pad_to(lo + (t - lv));
         out.push(Piece::Owned(table));
@@ -716,6 +716,17 @@ pub fn compact<'a>(
     out.pad_to(cut - shift);
     patches.copy(data, cut, data.len() as u64, &mut out);
     Ok(Some(out))
+}
+
+/// The new section's bytes, taken from `containers`: each container's new
+/// bytes at the section's alignment `align`, as [`compact`] laid them out.
+fn packed<'a>(containers: &mut [Placed<'a>], align: u64) -> Output<'a> {
+    let mut body = Output::default();
+    for c in containers.iter_mut().filter(|c| !c.output.is_empty()) {
+        body.pad_to(body.len().next_multiple_of(align));
+        body.extend(std::mem::take(&mut c.output));
+    }
+    body
 }
 
 /// OpenMP's device-image table (clang-linker-wrapper's

@@ -282,25 +282,36 @@ fn scratch_dir(path: &Path, destination: &Destination) -> Result<PathBuf, String
 /// `output` written to a scratch file in `dir`, mapped, and unlinked: the
 /// mapping is all that is left of it.
 fn scratch_copy(dir: &Path, path: &Path, output: &crate::Output<'_>) -> Result<MappedFile, String> {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("slim");
-    // Unique among this process's files too: files of one name from
-    // several directories may be slimmed at once.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let temp = dir.join(format!(".{name}.slim-pass-{}-{n}", std::process::id()));
-    let io = |e: std::io::Error| format!("{}: {e}", temp.display());
-    let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            .map_err(io)?;
-        output.write_sparse(&mut f).map_err(io)?;
+    let temp = temp_path(dir, path, "pass");
+    let result = write_new(&temp, output).and_then(|f| {
         drop(f);
         MappedFile::open(&temp).map_err(|e| format!("reading a pass's result back: {e}"))
-    })();
+    });
     let _ = fs::remove_file(&temp);
     result
+}
+
+/// A path in `dir` for a new file made from `path`: `.NAME.slim-TAG-PID-N`,
+/// unique among this process's files too (files of one name from several
+/// directories may be slimmed at once).
+fn temp_path(dir: &Path, path: &Path, tag: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("slim");
+    dir.join(format!(".{name}.slim-{tag}-{}-{n}", std::process::id()))
+}
+
+/// `output` written (with holes) to `temp`, a file made anew; the file,
+/// still open.
+fn write_new(temp: &Path, output: &crate::Output<'_>) -> Result<fs::File, String> {
+    let io = |e: std::io::Error| format!("{}: {e}", temp.display());
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(temp)
+        .map_err(io)?;
+    output.write_sparse(&mut f).map_err(io)?;
+    Ok(f)
 }
 
 /// Puts a later pass's summaries of the sections it rewrote in place of
@@ -648,19 +659,10 @@ fn write_verified(
 ) -> Result<(), String> {
     let dir = target.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let name = target
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("slim");
-    let temp = dir.join(format!(".{name}.slim-{}", std::process::id()));
+    let temp = temp_path(dir, target, "result");
     let result = (|| -> Result<(), String> {
         let io = |e: std::io::Error| format!("{}: {e}", temp.display());
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            .map_err(io)?;
-        output.write_sparse(&mut f).map_err(io)?;
+        let f = write_new(&temp, output)?;
         let mode = fs::metadata(original)
             .map_err(|e| format!("{}: {e}", original.display()))?
             .permissions();
@@ -691,11 +693,7 @@ fn write_verified(
         }
         if let Destination::InPlace { also } = destination {
             for other in also {
-                let link = other.with_file_name(format!(
-                    ".{}.slim-link-{}",
-                    other.file_name().and_then(|n| n.to_str()).unwrap_or("slim"),
-                    std::process::id()
-                ));
+                let link = temp_path(other.parent().unwrap_or(Path::new(".")), other, "link");
                 fs::hard_link(target, &link).map_err(|e| format!("{}: {e}", link.display()))?;
                 fs::rename(&link, other).map_err(|e| format!("{}: {e}", other.display()))?;
             }

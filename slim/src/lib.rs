@@ -27,6 +27,8 @@ use offload_loader::target::OffloadKind;
 use offload_loader::{Container, Format, Limits, SectionContainers};
 use rayon::prelude::*;
 
+use container::InPlace;
+
 pub use container::Outcome;
 pub use elf::Unsafe;
 pub use file::{slim_file, ContainerSummary, Destination, FileReport, Options, Removed};
@@ -431,9 +433,10 @@ fn compact<'a>(
     if offset == 0 && size == data.len() as u64 && !data.starts_with(b"\x7fELF") {
         return Ok(Some(Compacted::Packed(raw(placed))));
     }
-    match elf::compact(data, offset, size, &placed) {
+    let mut placed = placed;
+    match elf::compact(data, offset, size, &mut placed) {
         Ok(packed) => Ok(packed.map(Compacted::Packed)),
-        Err(why) if why.in_place => holes(data, offset, size, &placed, in_place, why),
+        Err(why) if why.in_place => holes(data, offset, size, placed, in_place, why),
         Err(why) => Err(why),
     }
 }
@@ -445,7 +448,7 @@ fn holes<'a>(
     data: &'a [u8],
     offset: u64,
     size: u64,
-    placed: &[elf::Placed<'a>],
+    placed: Vec<elf::Placed<'a>>,
     in_place: Vec<Result<container::InPlace<'a>, &'static str>>,
     why: Unsafe,
 ) -> Result<Option<Compacted<'a>>, Unsafe> {
@@ -456,18 +459,35 @@ fn holes<'a>(
     let mut at = 0usize;
     let mut bytes = 0u64;
     let mut whole = Vec::new();
-    for (p, in_place) in placed.iter().zip(in_place) {
+    for (p, in_place) in placed.into_iter().zip(in_place) {
         let (old, old_end) = (p.old as usize, (p.old + p.old_len) as usize);
         output.push(Piece::Copy(&section[at..old]));
         at = old_end;
-        match in_place {
-            _ if p.same => output.push(Piece::Copy(&section[old..old_end])),
-            Ok(new) => {
-                bytes += new.removed;
-                output.extend(new.output);
+        // The new bytes and the removed bytes, or why it stays whole (none
+        // when it does not change).
+        let new = match in_place {
+            _ if p.same => Err(None),
+            Ok(InPlace::Padded) if p.output.len() <= p.old_len => {
+                let zeros = p.old_len - p.output.len();
+                let mut new = p.output;
+                new.push(Piece::Zeros(zeros));
+                Ok((new, zeros))
+            }
+            Ok(InPlace::Padded) => Err(Some(
+                "the section cannot be compacted, and its new bytes do not fit where it was",
+            )),
+            Ok(InPlace::Own { output, removed }) => Ok((output, removed)),
+            Err(reason) => Err(Some(reason)),
+        };
+        match new {
+            Ok((new, removed)) => {
+                bytes += removed;
+                output.extend(new);
             }
             Err(reason) => {
-                whole.push((p.old, reason));
+                if let Some(reason) = reason {
+                    whole.push((p.old, reason));
+                }
                 output.push(Piece::Copy(&section[old..old_end]));
             }
         }
