@@ -205,6 +205,48 @@ fn big_source() -> String {
         )
 }
 
+/// [`big_source`] compiled by clang as a position-independent HIP object
+/// for `archs`, in `dir`.
+fn big_object(e: &Loader, dir: &Path, archs: &[&str]) -> PathBuf {
+    let src = dir.join("app_big.hip");
+    std::fs::write(&src, big_source()).unwrap();
+    let obj = dir.join("app_big.o");
+    run_ok(
+        Command::new(&e.tc.clang)
+            .args(["-x", "hip", "-c", "-fPIC", "-nogpulib", "-nogpuinc"])
+            .args(archs.iter().map(|a| format!("--offload-arch={a}")))
+            .arg(format!(
+                "-I{}",
+                workspace().join("tests/programs").display()
+            ))
+            .arg(format!("-I{}", workspace().join("ffi/include").display()))
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj),
+    );
+    obj
+}
+
+/// A position-independent object defining the HIP runtime calls a kernel's
+/// host stub makes, which the loader does not provide, in `dir`.
+fn hip_stub(e: &Loader, dir: &Path) -> PathBuf {
+    let stub = dir.join("stub.c");
+    std::fs::write(
+        &stub,
+        "int hipLaunchKernel(void) { return 0; }\nint __hipPopCallConfiguration(void) { return 0; }\n",
+    )
+    .unwrap();
+    let obj = dir.join("stub.o");
+    run_ok(
+        Command::new(&e.tc.clang)
+            .args(["-c", "-fPIC"])
+            .arg(&stub)
+            .arg("-o")
+            .arg(&obj),
+    );
+    obj
+}
+
 /// A HIP object (`clang -c`) and an archive of it with a host object: slimmed
 /// for one device, both still link (the archive's index follows its
 /// members: `nm --print-armap` names the same symbols) and the program runs
@@ -219,39 +261,8 @@ fn objects_and_archives_still_link() {
         return;
     }
     let dir = temp_dir();
-    let src = dir.join("app_big.hip");
-    std::fs::write(&src, big_source()).unwrap();
-    let stub = dir.join("stub.c");
-    std::fs::write(&stub, "int hipLaunchKernel(void) { return 0; }\nint __hipPopCallConfiguration(void) { return 0; }\n").unwrap();
-    let obj = dir.join("app.o");
-    run_ok(
-        Command::new(&e.tc.clang)
-            .args([
-                "-x",
-                "hip",
-                "-c",
-                "--offload-arch=gfx90a",
-                "--offload-arch=gfx1100",
-                "--offload-arch=gfx906",
-            ])
-            .args(["-nogpulib", "-nogpuinc"])
-            .arg(format!(
-                "-I{}",
-                workspace().join("tests/programs").display()
-            ))
-            .arg(format!("-I{}", workspace().join("ffi/include").display()))
-            .arg(&src)
-            .arg("-o")
-            .arg(&obj),
-    );
-    let stub_o = dir.join("stub.o");
-    run_ok(
-        Command::new(&e.tc.clang)
-            .arg("-c")
-            .arg(&stub)
-            .arg("-o")
-            .arg(&stub_o),
-    );
+    let obj = big_object(&e, &dir, &["gfx90a", "gfx1100", "gfx906"]);
+    let stub_o = hip_stub(&e, &dir);
     let lib = dir.join("libapp.a");
     run_ok(
         Command::new(&ar)
@@ -683,23 +694,7 @@ fn one_run_compacts_every_offload_section() {
         return;
     }
     let dir = temp_dir();
-    let hip_src = dir.join("app_big.hip");
-    std::fs::write(&hip_src, big_source()).unwrap();
-    let hip_o = dir.join("hip.o");
-    run_ok(
-        Command::new(&e.tc.clang)
-            .args(["-x", "hip", "-c", "-fPIC"])
-            .args(["--offload-arch=gfx90a", "--offload-arch=gfx1100"])
-            .args(["-nogpulib", "-nogpuinc"])
-            .arg(format!(
-                "-I{}",
-                workspace().join("tests/programs").display()
-            ))
-            .arg(format!("-I{}", workspace().join("ffi/include").display()))
-            .arg(&hip_src)
-            .arg("-o")
-            .arg(&hip_o),
-    );
+    let hip_o = big_object(&e, &dir, &["gfx90a", "gfx1100"]);
     // 32 KiB of device data per cubin, so that a cubin gone frees pages.
     let words: Vec<String> = (0u64..4096)
         .map(|i| format!("{:#x}ull", i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
@@ -715,14 +710,8 @@ fn one_run_compacts_every_offload_section() {
     )
     .unwrap();
     let cu_o = dir.join("cu.o");
-    let path = format!(
-        "{}:{}",
-        cuda.bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     run_ok(
-        Command::new(&cuda.nvcc)
-            .env("PATH", &path)
+        cuda.nvcc_command()
             .args(["-c", "-cudart", "none", "-Xcompiler", "-fPIC"])
             .args(["-gencode", "arch=compute_80,code=sm_80"])
             .args(["-gencode", "arch=compute_90a,code=sm_90a"])
@@ -730,16 +719,7 @@ fn one_run_compacts_every_offload_section() {
             .arg("-o")
             .arg(&cu_o),
     );
-    let stub = dir.join("stub.c");
-    std::fs::write(&stub, "int hipLaunchKernel(void) { return 0; }\nint __hipPopCallConfiguration(void) { return 0; }\n").unwrap();
-    let stub_o = dir.join("stub.o");
-    run_ok(
-        Command::new(&e.tc.clang)
-            .args(["-c", "-fPIC"])
-            .arg(&stub)
-            .arg("-o")
-            .arg(&stub_o),
-    );
+    let stub_o = hip_stub(&e, &dir);
     let link_loader = |cmd: &mut Command| {
         cmd.arg(format!("-L{}", e.build_dir.display()))
             .arg("-loffload_loader")
@@ -952,14 +932,8 @@ fn a_section_that_cannot_be_compacted_gets_holes() {
     )
     .unwrap();
     let fatbin = dir.join("f.fatbin");
-    let path = format!(
-        "{}:{}",
-        cuda.bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     run_ok(
-        Command::new(&cuda.nvcc)
-            .env("PATH", &path)
+        cuda.nvcc_command()
             .args(["-fatbin", "-Xfatbin", "-compress=false"])
             .args(["-gencode", "arch=compute_80,code=sm_80"])
             .args(["-gencode", "arch=compute_90a,code=sm_90a"])

@@ -91,6 +91,14 @@ impl Cuda {
         vec![("PATH".into(), format!("{}:{path}", self.bin.display()))]
     }
 
+    /// `nvcc`, with the wheel's tools first on its `PATH`, for a build of
+    /// a test's own.
+    pub fn nvcc_command(&self) -> Command {
+        let mut cmd = Command::new(&self.nvcc);
+        cmd.envs(self.nvcc_env());
+        cmd
+    }
+
     /// `nvcc ARGS` on [`KERNEL_CU`] (plus `text`'s extra source) making
     /// `output`, cached; the artefact's path.
     pub fn nvcc(&self, args: &[&str], output: NvOutput) -> PathBuf {
