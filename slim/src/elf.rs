@@ -37,6 +37,7 @@ use object::LittleEndian as LE;
 use offload_loader::registration::FatbinWrapper;
 
 use crate::pieces::{Output, Piece};
+use crate::refs;
 
 type Header = elf::FileHeader64<LE>;
 
@@ -138,6 +139,20 @@ impl Map {
     }
 }
 
+impl Map {
+    /// Whether section offset `at` means the same place when the section is
+    /// rewritten where it stands (holes): a kept container's start or end,
+    /// a place inside one kept as it was, or the section's bounds.
+    fn stays_in_place(&self, at: u64) -> bool {
+        at == 0
+            || at == self.old_size
+            || self
+                .moves
+                .iter()
+                .any(|m| at == m.0 || at == m.0 + m.1 || (m.4 && at > m.0 && at - m.0 < m.1))
+    }
+}
+
 /// Patches to the original's bytes, by original file offset.
 #[derive(Default)]
 struct Patches(BTreeMap<u64, Vec<u8>>);
@@ -151,6 +166,13 @@ impl Patches {
     }
     fn u16(&mut self, at: u64, v: u16) {
         self.put(at, &v.to_le_bytes());
+    }
+    /// Whether a patch covers file offset `at`.
+    fn covers(&self, at: u64) -> bool {
+        self.0
+            .range(..=at)
+            .next_back()
+            .is_some_and(|(&p, b)| at - p < b.len() as u64)
     }
 
     /// `data[range]` as pieces with the patches inside it applied (where two
@@ -186,6 +208,52 @@ fn relative_type(machine: u16) -> Option<u32> {
         elf::EM_AARCH64 => Some(elf::R_AARCH64_RELATIVE),
         _ => None,
     }
+}
+
+/// Whether relocation `ty` of `machine` writes S + A to a 64-bit word (so
+/// that a new addend keeps its target when the symbol moves).
+fn absolute_type(machine: u16, ty: u32) -> bool {
+    match machine {
+        elf::EM_X86_64 => matches!(
+            ty,
+            elf::R_X86_64_64 | elf::R_X86_64_GLOB_DAT | elf::R_X86_64_JUMP_SLOT
+        ),
+        elf::EM_AARCH64 => matches!(
+            ty,
+            elf::R_AARCH64_ABS64 | elf::R_AARCH64_GLOB_DAT | elf::R_AARCH64_JUMP_SLOT
+        ),
+        _ => false,
+    }
+}
+
+/// A relocation (its entry at file offset `at`, applied at address
+/// `place`) whose target `target` (symbol value + addend, the symbol's new
+/// value `new_value`; 0 for a relative one) may lie in the section: its
+/// addend made `new target - new_value`, and the word the linker also wrote
+/// at `place` (ld.bfd does, lld does not) when it held the old target.
+/// Whether it pointed into the section.
+#[allow(clippy::too_many_arguments)]
+fn relocate(
+    patches: &mut Patches,
+    at: u64,
+    place: u64,
+    new_value: u64,
+    target: u64,
+    remap: &dyn Fn(u64, u64) -> Result<Option<u64>, Unsafe>,
+    addr: u64,
+    file_offset: &dyn Fn(u64) -> Option<u64>,
+    word: &dyn Fn(u64) -> Option<u64>,
+) -> Result<bool, Unsafe> {
+    let Some(new) = remap(target, addr)? else {
+        return Ok(false);
+    };
+    patches.u64(at + 16, new.wrapping_sub(new_value));
+    if let Some(w) = file_offset(place) {
+        if word(w) == Some(target) {
+            patches.u64(w, new);
+        }
+    }
+    Ok(true)
 }
 
 /// `data` (a 64-bit little-endian ELF file) with its section of `size`
@@ -582,10 +650,25 @@ pub fn compact<'a>(
     }
     for s in shdrs.iter() {
         match s.sh_type(endian) {
-            elf::SHT_RELA => {
+            elf::SHT_REL if s.sh_size(endian) > 0 => {
+                return Err(unsafe_(
+                    "REL relocations (without addends) are not rewritten",
+                ));
+            }
+            // Relocations the dynamic loader applies; a non-loaded table
+            // (`--emit-relocs`) describes code and data already linked, whose
+            // references the scan below finds.
+            elf::SHT_RELA if s.sh_flags(endian) & u64::from(elf::SHF_ALLOC) != 0 => {
                 let Ok(relas) = s.data_as_array::<elf::Rela64<LE>, _>(endian, data) else {
                     return Err(unsafe_("a relocation section cannot be read"));
                 };
+                let syms = shdrs
+                    .get(s.sh_link(endian) as usize)
+                    .filter(|t| s.sh_link(endian) != 0 && t.sh_type(endian) == elf::SHT_DYNSYM)
+                    .map(|t| t.data_as_array::<elf::Sym64<LE>, _>(endian, data))
+                    .transpose()
+                    .map_err(|_| unsafe_("a symbol table cannot be read"))?
+                    .unwrap_or(&[]);
                 for (i, r) in relas.iter().enumerate() {
                     let at = s.sh_offset(endian) + i as u64 * 24;
                     let (ty, sym) = (r.r_type(endian, false), r.r_sym(endian, false));
@@ -602,17 +685,66 @@ pub fn compact<'a>(
                         )?;
                         continue;
                     }
-                    if Some(ty) == relative && sym == 0 {
-                        if let Some(new) = remap(addend, addr)? {
-                            patches.u64(at + 16, new);
-                            referenced += 1;
-                            if let Some(w) = file_offset(r.r_offset(endian)) {
-                                if word(w) == Some(addend) {
-                                    patches.u64(w, new);
-                                }
-                            }
+                    let place = r.r_offset(endian);
+                    let rewritten = if Some(ty) == relative && sym == 0 {
+                        relocate(
+                            &mut patches,
+                            at,
+                            place,
+                            0,
+                            addend,
+                            &remap,
+                            addr,
+                            &file_offset,
+                            &word,
+                        )?
+                    } else if sym == 0 {
+                        // An addend alone (IRELATIVE: a resolver's address).
+                        if remap(addend, addr)?.is_some() {
+                            return Err(unsafe_(format!(
+                                "a relocation of type {ty} at {place:#x} refers to {addend:#x} in the section, and is not rewritten"
+                            )));
                         }
-                    }
+                        false
+                    } else {
+                        let symbol = syms.get(sym as usize).ok_or_else(|| {
+                            unsafe_(format!(
+                                "a relocation at {place:#x} names a symbol that does not exist"
+                            ))
+                        })?;
+                        let value = symbol.st_value(endian);
+                        let own = usize::from(symbol.st_shndx(endian)) == index;
+                        let target = value.wrapping_add(addend);
+                        if symbol.st_shndx(endian) == elf::SHN_UNDEF
+                            || (!own && remap(target, addr)?.is_none())
+                        {
+                            false
+                        } else if absolute_type(machine, ty) {
+                            // S + A: the symbol moves (its entry is patched
+                            // with the others), the addend keeps the target.
+                            let new_value = if own {
+                                remap_as(value, addr, Point::Start)?.unwrap_or(value)
+                            } else {
+                                value
+                            };
+                            relocate(
+                                &mut patches,
+                                at,
+                                place,
+                                new_value,
+                                target,
+                                &remap,
+                                addr,
+                                &file_offset,
+                                &word,
+                            )?
+                        } else {
+                            return Err(unsafe_(format!(
+                                "a relocation of type {ty} at {place:#x} refers to {target:#x} in the section, and is not rewritten"
+                            )));
+                        }
+                    };
+                    referenced += usize::from(rewritten);
                 }
             }
             elf::SHT_RELR => {
@@ -687,6 +819,28 @@ pub fn compact<'a>(
                 referenced += 1;
             }
         }
+    }
+    // What refers into the section with no relocation (code, the data of
+    // a position-dependent file, other sections' symbols): nothing of it is
+    // rewritten, so nothing may move.
+    let scan = refs::Scan {
+        data,
+        shdrs,
+        endian,
+        machine,
+        fixed: kind == elf::ET_EXEC,
+        index,
+    };
+    // The section's end included, though another section may start there:
+    // code cannot say which of the two it means.
+    let unseen = scan.references(addr, addr + size, &|at| patches.covers(at));
+    if let Some(first) = unseen.first() {
+        return Err(Unsafe {
+            why: format!("{first}: compaction would move what it refers to"),
+            in_place: unseen
+                .iter()
+                .all(|r| r.kind != refs::Kind::Page && map.stays_in_place(r.to - addr)),
+        });
     }
     if referenced == 0 {
         return Err(unsafe_(
@@ -972,7 +1126,9 @@ fn patch_symbols(
             }
             let at = s.sh_offset(endian) + i as u64 * 24;
             let value = sym.st_value(endian);
-            let new = match remap(value, base, Point::Start) {
+            // The section's own end, by the symbol's own word.
+            let own_end = (value == base + size).then_some(Ok(Some(base + new_size)));
+            let new = match own_end.unwrap_or_else(|| remap(value, base, Point::Start)) {
                 Ok(Some(new)) => new,
                 Ok(None) => continue,
                 // A static symbol of an image that goes (clang-linker-wrapper

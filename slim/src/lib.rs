@@ -21,6 +21,7 @@ mod container;
 mod elf;
 mod file;
 mod pieces;
+mod refs;
 
 use offload_loader::discover::{OffloadSection, SectionRole};
 use offload_loader::target::OffloadKind;

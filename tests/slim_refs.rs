@@ -1,0 +1,462 @@
+//! `offload-probe slim` on programs that refer to their GPU code in every
+//! way a linker leaves: through relocations it rewrites (a wrapper, a
+//! pointer in position-independent data, a symbol plus an addend, a GOT
+//! slot) and through references no relocation describes (code that reaches
+//! a hidden symbol pc-relative, a word in a position-dependent program's
+//! data, `objcopy -I binary`'s `_binary_*_end` folded into code, with and
+//! without `.symtab`). Built with ld.bfd, gold and lld; PIE, non-PIE,
+//! static and static-PIE; each result must run exactly as its original,
+//! whatever slim chose, and the report must say what it did.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use support::*;
+
+/// The probe, or `None` (with the skip line) where it was not built.
+fn probe() -> Option<PathBuf> {
+    built("offload-probe")
+}
+
+/// A bundle of two images of ~40 KiB each (gfx90a, gfx1100), and the host
+/// entry: what clang puts in `.hip_fatbin`, big enough that dropping the
+/// gfx90a image frees whole pages.
+fn bundle(clang: &Path, dir: &Path) -> PathBuf {
+    let mut x = 7u64;
+    let mut pad = || {
+        (0..4096)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                format!("{x:#x}ull")
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let source = format!(
+        "#if defined(__gfx90a__)\n__attribute__((device)) unsigned long long pad[4096] = {{{}}};\n\
+         #else\n__attribute__((device)) unsigned long long pad[4096] = {{{}}};\n#endif\n\
+         extern \"C\" __attribute__((global)) void k(unsigned long long *x) {{ x[0] = pad[x[1]]; }}\n",
+        pad(),
+        pad()
+    );
+    let src = dir.join("k.hip");
+    std::fs::write(&src, source).unwrap();
+    let out = dir.join("blob.hipfb");
+    run_ok(
+        Command::new(clang)
+            .args(["-x", "hip", "--cuda-device-only", "-nogpulib", "-nogpuinc"])
+            .args(["--offload-arch=gfx90a", "--offload-arch=gfx1100"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&out),
+    );
+    out
+}
+
+/// `.hip_fatbin` holding three copies of the bundle (`blob_a`, `blob_b`,
+/// `blob_c`, each at a page; `blob_end` after the last) and a HIP wrapper
+/// pointing at the first, as assembly, then `extra`; `visibility` is
+/// `.hidden`, or empty for symbols a shared object exports.
+fn containers(blob: &Path, visibility: &str, extra: &str) -> String {
+    let mut s = String::from("    .section .hip_fatbin,\"a\",@progbits\n    .p2align 12\n");
+    for name in ["blob_a", "blob_b", "blob_c"] {
+        s += &format!(
+            "    .p2align 12\n    .globl {name}\n{}    .type {name},@object\n{name}:\n    .incbin \"{}\"\n",
+            if visibility.is_empty() { String::new() } else { format!("    {visibility} {name}\n") },
+            blob.display()
+        );
+    }
+    s += "    .globl blob_end\n    .hidden blob_end\nblob_end:\n";
+    s += "    .section .hipFatBinSegment,\"aw\",@progbits\n    .p2align 3\n\
+          __hip_wrapper:\n    .long 0x48495046\n    .long 1\n    .quad blob_a\n    .quad 0\n";
+    s += extra;
+    s += "    .section .note.GNU-stack,\"\",@progbits\n";
+    s
+}
+
+/// `where`, a pointer to `blob_b` written as `blob_a` plus an addend (an
+/// `R_X86_64_64 blob_a + N` for the linker), in data.
+fn symbol_plus_addend(blob: &Path) -> String {
+    let step = std::fs::metadata(blob)
+        .unwrap()
+        .len()
+        .next_multiple_of(4096);
+    format!(
+        "    .section .data.rel.ro,\"aw\",@progbits\n    .p2align 3\n    .globl where\n\
+         where:\n    .quad blob_a + {step}\n"
+    )
+}
+
+/// A program that checks the bundle magic where `expr` points, and prints
+/// what it saw.
+fn checker(decls: &str, expr: &str) -> String {
+    format!(
+        "#include <stdio.h>\n#include <string.h>\n{decls}\n\
+         int main(void) {{\n  const char *p = {expr};\n\
+           int ok = memcmp(p, \"__CLANG_OFFLOAD_BUNDLE__\", 24) == 0;\n\
+           printf(\"magic %s\\n\", ok ? \"ok\" : \"BAD\");\n  return !ok;\n}}\n"
+    )
+}
+
+/// The programs that refer to the containers, by name: (C source, extra
+/// assembly).
+fn cases(blob: &Path) -> Vec<(&'static str, String, String)> {
+    let hidden =
+        |n: &str| format!("extern const char {n}[] __attribute__((visibility(\"hidden\")));");
+    let size = std::fs::metadata(blob).unwrap().len();
+    vec![
+        // Code: lea blob_X(%rip) (or an absolute immediate), no relocation
+        // once linked.
+        (
+            "pcrel-start",
+            checker(&hidden("blob_a"), "blob_a"),
+            String::new(),
+        ),
+        (
+            "pcrel-middle",
+            checker(&hidden("blob_b"), "blob_b"),
+            String::new(),
+        ),
+        (
+            "pcrel-last",
+            checker(&hidden("blob_c"), "blob_c"),
+            String::new(),
+        ),
+        // The section's end, the last container found from it.
+        (
+            "pcrel-end",
+            checker(&hidden("blob_end"), &format!("blob_end - {size}")),
+            String::new(),
+        ),
+        // A pointer in data: a relative relocation in a PIE, a plain word in
+        // a position-dependent program.
+        (
+            "data-word",
+            checker(
+                &format!("{}\nconst char *volatile where = blob_b;", hidden("blob_b")),
+                "where",
+            ),
+            String::new(),
+        ),
+        // A symbol with an addend.
+        (
+            "symbol-addend",
+            checker("extern const char *const where;", "where"),
+            symbol_plus_addend(blob),
+        ),
+    ]
+}
+
+/// Linkers and program kinds: (linker, compiler, flags).
+fn links() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
+    let mut v = Vec::new();
+    for ld in ["bfd", "gold", "lld"] {
+        for (kind, flags) in [
+            ("pie", vec!["-fPIE", "-pie"]),
+            ("no-pie", vec!["-fno-PIE", "-no-pie"]),
+            ("static", vec!["-fno-PIE", "-static"]),
+            ("static-pie", vec!["-fPIE", "-static-pie"]),
+        ] {
+            // gold cannot link a static PIE.
+            if ld == "gold" && kind == "static-pie" {
+                continue;
+            }
+            v.push((ld, kind, flags));
+        }
+    }
+    v
+}
+
+/// (exit status, stdout) of running `exe`.
+fn run(exe: &Path) -> (Option<i32>, String) {
+    let out = Command::new(exe)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// `file` slimmed for gfx1100 into `out`: the JSON report.
+fn slim_json(file: &Path, out: &Path) -> serde_json::Value {
+    let o = Command::new(probe().unwrap())
+        .args(["slim", "--device", "gfx1100", "--json", "--output"])
+        .arg(out)
+        .arg(file)
+        .env_remove("OFFLOAD_LOADER_DEVICES")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}: {text}{}",
+        file.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// What the report says of the file, checked against the file written
+/// into `out`: "compacted" only when it is shorter, holes only at the same
+/// length, "unchanged" only when nothing was written. The file to run as
+/// the result (the original when nothing was written), and whether it was
+/// compacted.
+fn outcome(report: &serde_json::Value, original: &Path, out: &Path) -> (PathBuf, bool) {
+    let file = &report["files"][0];
+    let result = out.join(original.file_name().unwrap());
+    let before = std::fs::metadata(original).unwrap().len();
+    assert_eq!(file["before"].as_u64(), Some(before), "{report}");
+    if file["written"] == false {
+        assert!(!result.exists(), "{report}");
+        assert_eq!(file["after"].as_u64(), Some(before), "{report}");
+        assert!(
+            !file["sections_left"].as_array().unwrap().is_empty(),
+            "neither written nor said why: {report}"
+        );
+        return (original.to_path_buf(), false);
+    }
+    let after = std::fs::metadata(&result).unwrap().len();
+    assert_eq!(file["after"].as_u64(), Some(after), "{report}");
+    if file["holes"].as_array().is_some_and(|h| !h.is_empty()) {
+        assert_eq!(before, after, "holes, yet the length changed: {report}");
+    }
+    (result, after < before)
+}
+
+/// Every case, linked every way, slimmed: each result runs as its original.
+/// Where a relocation describes the reference (a PIE's pointer in data),
+/// slim compacts; where nothing does, it does not, and says so.
+#[test]
+fn references_without_relocations_keep_their_containers_in_place() {
+    let Some(clang) = tool("clang", 22) else {
+        return;
+    };
+    let (Some(_), Some(gcc), Some(_), Some(_)) = (
+        probe(),
+        system_tool("gcc", "gcc"),
+        system_tool("ld.gold", "binutils"),
+        tool("ld.lld", 22),
+    ) else {
+        return;
+    };
+    let dir = temp_dir();
+    let blob = bundle(&clang, &dir);
+    let mut compactions = 0;
+    let mut refused = Vec::new();
+    for (name, source, extra) in cases(&blob) {
+        let asm = dir.join(format!("{name}.s"));
+        std::fs::write(&asm, containers(&blob, ".hidden", &extra)).unwrap();
+        let c = dir.join(format!("{name}.c"));
+        std::fs::write(&c, &source).unwrap();
+        for (ld, kind, flags) in links() {
+            let exe = dir.join(format!("{name}-{ld}-{kind}"));
+            let compiler = if ld == "lld" { &clang } else { &gcc };
+            run_ok(
+                Command::new(compiler)
+                    .arg(format!("-fuse-ld={ld}"))
+                    .args(&flags)
+                    .arg(&c)
+                    .arg(&asm)
+                    .arg("-o")
+                    .arg(&exe),
+            );
+            let before = run(&exe);
+            assert_eq!(before, (Some(0), "magic ok\n".into()), "{}", exe.display());
+            let out = dir.join(format!("out-{name}-{ld}-{kind}"));
+            let report = slim_json(&exe, &out);
+            let (result, done) = outcome(&report, &exe, &out);
+            assert_eq!(
+                run(&result),
+                before,
+                "{} runs differently once slimmed: {report}",
+                exe.display()
+            );
+            if done {
+                compactions += 1;
+            } else {
+                refused.push(format!("{name}-{ld}-{kind}"));
+            }
+        }
+    }
+    // Every pc-relative reference is refused; relocated pointers compact.
+    assert!(
+        refused.iter().filter(|r| r.starts_with("pcrel-")).count() == 4 * 11,
+        "{refused:?}"
+    );
+    for case in ["data-word", "symbol-addend"] {
+        for ld in ["bfd", "lld"] {
+            for kind in ["-pie", "-static-pie"] {
+                let case = format!("{case}-{ld}{kind}");
+                assert!(!refused.contains(&case), "{case} was not compacted");
+            }
+        }
+    }
+    assert!(compactions >= 4, "{refused:?}");
+}
+
+/// `objcopy -I binary`'s objects: two bundles, `a.bin` and `b.bin`, each
+/// an object whose `.data` is renamed `.hip_fatbin`, with
+/// `_binary_*_start`, `_end` and `_size`; linked one after the other, so
+/// that `b.bin` moves when `a.bin` shrinks. A program that finds `b.bin`
+/// from its `_end` (the reference folded into code), linked with a wrapper
+/// of `a.bin`, unstripped and stripped: every result runs as before (the
+/// reference is found without `.symtab`).
+#[test]
+fn objcopy_binary_blobs_run_the_same_with_or_without_symbols() {
+    let Some(clang) = tool("clang", 22) else {
+        return;
+    };
+    let (Some(_), Some(gcc), Some(objcopy), Some(strip)) = (
+        probe(),
+        system_tool("gcc", "gcc"),
+        system_tool("objcopy", "binutils"),
+        system_tool("strip", "binutils"),
+    ) else {
+        return;
+    };
+    let dir = temp_dir();
+    let blob = bundle(&clang, &dir);
+    let mut objects = Vec::new();
+    for name in ["a", "b"] {
+        std::fs::copy(&blob, dir.join(format!("{name}.bin"))).unwrap();
+        run_ok(
+            Command::new(&objcopy)
+                .current_dir(&dir)
+                .args(["-I", "binary", "-O", "elf64-x86-64", "-B", "i386:x86-64"])
+                .arg("--rename-section=.data=.hip_fatbin,alloc,load,readonly,data,contents")
+                .arg(format!("{name}.bin"))
+                .arg(format!("{name}.o")),
+        );
+        objects.push(dir.join(format!("{name}.o")));
+    }
+    let size = std::fs::metadata(&blob).unwrap().len();
+    let main = dir.join("main.c");
+    std::fs::write(
+        &main,
+        checker(
+            "extern const char _binary_a_bin_start[], _binary_b_bin_end[];",
+            &format!("_binary_b_bin_end - {size}"),
+        ) + "__attribute__((section(\".hipFatBinSegment\"), used)) static struct { int m, v; const void *f, *d; } w = \
+           {0x48495046, 1, _binary_a_bin_start, 0};\n",
+    )
+    .unwrap();
+    for (kind, flags) in [
+        ("pie", ["-fPIE", "-pie"]),
+        ("no-pie", ["-fno-PIE", "-no-pie"]),
+    ] {
+        let exe = dir.join(format!("bin-{kind}"));
+        run_ok(
+            Command::new(&gcc)
+                .args(flags)
+                .arg(&main)
+                .args(&objects)
+                .arg("-o")
+                .arg(&exe),
+        );
+        let stripped = dir.join(format!("bin-{kind}-stripped"));
+        run_ok(Command::new(&strip).arg(&exe).arg("-o").arg(&stripped));
+        for exe in [exe, stripped] {
+            let before = run(&exe);
+            assert_eq!(before, (Some(0), "magic ok\n".into()));
+            let out = dir.join(format!(
+                "out-{}",
+                exe.file_name().unwrap().to_str().unwrap()
+            ));
+            let report = slim_json(&exe, &out);
+            let (result, compacted) = outcome(&report, &exe, &out);
+            assert!(!compacted, "{}: {report}", exe.display());
+            assert_eq!(run(&result), before, "{}: {report}", exe.display());
+        }
+    }
+}
+
+/// A shared library that exports its containers (RCCL's shape): a pointer
+/// to the second as `R_X86_64_64 blob_a + N` against the dynamic symbol, and
+/// a GOT slot for the third (`R_X86_64_GLOB_DAT blob_c`): both rewritten,
+/// the library compacted, and a program using it runs as before, with each
+/// linker.
+#[test]
+fn shared_objects_rewrite_symbol_relocations_with_addends() {
+    let Some(clang) = tool("clang", 22) else {
+        return;
+    };
+    let (Some(_), Some(gcc), Some(_), Some(_)) = (
+        probe(),
+        system_tool("gcc", "gcc"),
+        system_tool("ld.gold", "binutils"),
+        tool("ld.lld", 22),
+    ) else {
+        return;
+    };
+    let dir = temp_dir();
+    let blob = bundle(&clang, &dir);
+    let asm = dir.join("lib.s");
+    std::fs::write(&asm, containers(&blob, "", &symbol_plus_addend(&blob))).unwrap();
+    let lib_c = dir.join("lib.c");
+    std::fs::write(
+        &lib_c,
+        "extern const char blob_c[];\nextern const char *const where;\n\
+         const char *second(void) { return where; }\n\
+         const char *third(void) { return blob_c; }\n",
+    )
+    .unwrap();
+    let main = dir.join("main.c");
+    std::fs::write(
+        &main,
+        "#include <stdio.h>\n#include <string.h>\n\
+         const char *second(void); const char *third(void);\n\
+         int main(void) {\n\
+           int a = !memcmp(second(), \"__CLANG_OFFLOAD_BUNDLE__\", 24);\n\
+           int b = !memcmp(third(), \"__CLANG_OFFLOAD_BUNDLE__\", 24);\n\
+           printf(\"%d %d\\n\", a, b);\n  return !(a && b);\n}\n",
+    )
+    .unwrap();
+    for ld in ["bfd", "gold", "lld"] {
+        let compiler = if ld == "lld" { &clang } else { &gcc };
+        let libdir = dir.join(format!("lib-{ld}"));
+        std::fs::create_dir_all(&libdir).unwrap();
+        let lib = libdir.join("libblob.so");
+        run_ok(
+            Command::new(compiler)
+                .arg(format!("-fuse-ld={ld}"))
+                .args(["-shared", "-fPIC"])
+                .arg(&lib_c)
+                .arg(&asm)
+                .arg("-o")
+                .arg(&lib),
+        );
+        let exe = dir.join(format!("main-{ld}"));
+        run_ok(
+            Command::new(compiler)
+                .arg(format!("-fuse-ld={ld}"))
+                .arg(&main)
+                .arg(format!("-L{}", libdir.display()))
+                .arg("-lblob")
+                .arg("-o")
+                .arg(&exe),
+        );
+        let run_with = |dir: &Path| {
+            let out = Command::new(&exe)
+                .env("LD_LIBRARY_PATH", dir)
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        };
+        let before = run_with(&libdir);
+        assert_eq!(before, (Some(0), "1 1\n".into()), "{ld}");
+        let out = dir.join(format!("out-{ld}"));
+        let report = slim_json(&lib, &out);
+        let (_, compacted) = outcome(&report, &lib, &out);
+        assert!(compacted, "{ld}: the library was not compacted: {report}");
+        assert_eq!(run_with(&out), before, "{ld}: {report}");
+    }
+}
