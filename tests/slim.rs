@@ -56,12 +56,16 @@ fn elflint_clean(original: &Path, result: &Path) {
         let out = Command::new(&lint).arg("--gnu-ld").arg(f).output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     };
-    // The program header entries are numbered anew after a split.
+    // The program header entries are numbered anew after a split, and the
+    // sections when those in the program header table's way move.
     let normal = |t: String| -> String {
         t.lines()
             .map(|l| match l.find("program header entry ") {
                 Some(at) => format!("{}program header entry N", &l[..at]),
-                None => l.to_string(),
+                None => match (l.find("section ["), l.find("] ")) {
+                    (Some(a), Some(b)) if a < b => format!("{}section [N{}", &l[..a], &l[b..]),
+                    _ => l.to_string(),
+                },
             })
             .collect::<Vec<_>>()
             .join("\n")

@@ -460,3 +460,196 @@ fn shared_objects_rewrite_symbol_relocations_with_addends() {
         assert_eq!(run_with(&out), before, "{ld}: {report}");
     }
 }
+
+/// The tools that run after slim, each as a command on a file in place:
+/// (name, [commands]).
+fn after_tools(dir: &Path) -> Vec<(&'static str, Vec<Vec<String>>)> {
+    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let debug = dir.join("f.debug").display().to_string();
+    vec![
+        ("strip", vec![s(&["strip"])]),
+        (
+            "strip --strip-unneeded",
+            vec![s(&["strip", "--strip-unneeded"])],
+        ),
+        (
+            "objcopy --strip-debug",
+            vec![s(&["objcopy", "--strip-debug"])],
+        ),
+        (
+            "objcopy --only-keep-debug + --add-gnu-debuglink",
+            vec![
+                vec!["objcopy-keep-debug".into(), debug.clone()],
+                vec!["objcopy-debuglink".into(), debug],
+            ],
+        ),
+        ("eu-strip", vec![s(&["eu-strip"])]),
+        ("llvm-strip", vec![s(&["llvm-strip"])]),
+        (
+            "patchelf --set-rpath",
+            vec![s(&["patchelf", "--set-rpath", "/opt/x"])],
+        ),
+        (
+            "patchelf --add-needed",
+            vec![s(&["patchelf", "--add-needed", "libm.so.6"])],
+        ),
+    ]
+}
+
+/// `file` passed through one tool's commands: whether they succeeded.
+fn apply(tool: &[Vec<String>], file: &Path, llvm_strip: &Path) -> bool {
+    tool.iter().all(|cmd| {
+        let mut c = match cmd[0].as_str() {
+            "objcopy-keep-debug" => {
+                let mut c = Command::new("objcopy");
+                c.arg("--only-keep-debug").arg(file).arg(&cmd[1]);
+                return c.status().is_ok_and(|s| s.success());
+            }
+            "objcopy-debuglink" => {
+                let mut c = Command::new("objcopy");
+                c.arg("--strip-debug")
+                    .arg(format!("--add-gnu-debuglink={}", cmd[1]));
+                c
+            }
+            "llvm-strip" => Command::new(llvm_strip),
+            first => {
+                let mut c = Command::new(first);
+                c.args(&cmd[1..]);
+                c
+            }
+        };
+        c.arg(file).status().is_ok_and(|s| s.success())
+    })
+}
+
+/// Programs (ld.bfd, gold, lld; PIE, non-PIE, static, static-PIE) and a
+/// shared library whose containers only a wrapper refers to, so that slim
+/// compacts them and the segment that holds them splits: every tool that
+/// runs after slim (binutils' and elfutils' strip, objcopy, llvm-strip,
+/// patchelf) gives a file that runs exactly as the original given to the
+/// same tool.
+#[test]
+fn strip_objcopy_and_patchelf_work_on_every_result() {
+    let Some(clang) = tool("clang", 22) else {
+        return;
+    };
+    let (Some(_), Some(gcc), Some(llvm_strip)) =
+        (probe(), system_tool("gcc", "gcc"), tool("llvm-strip", 22))
+    else {
+        return;
+    };
+    for (t, package) in [
+        ("strip", "binutils"),
+        ("objcopy", "binutils"),
+        ("eu-strip", "elfutils"),
+        ("patchelf", "patchelf"),
+    ] {
+        if system_tool(t, package).is_none() {
+            return;
+        }
+    }
+    let dir = temp_dir();
+    let blob = bundle(&clang, &dir);
+    let asm = dir.join("c.s");
+    std::fs::write(&asm, containers(&blob, ".hidden", "")).unwrap();
+    let main = dir.join("main.c");
+    std::fs::write(
+        &main,
+        "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n",
+    )
+    .unwrap();
+    let tools = after_tools(&dir);
+    let mut compacted_files = 0;
+    for (ld, kind, flags) in links() {
+        let exe = dir.join(format!("p-{ld}-{kind}"));
+        let compiler = if ld == "lld" { &clang } else { &gcc };
+        run_ok(
+            Command::new(compiler)
+                .arg(format!("-fuse-ld={ld}"))
+                .args(&flags)
+                .arg(&main)
+                .arg(&asm)
+                .arg("-o")
+                .arg(&exe),
+        );
+        let out = dir.join(format!("out-{ld}-{kind}"));
+        let report = slim_json(&exe, &out);
+        let (result, compacted) = outcome(&report, &exe, &out);
+        compacted_files += usize::from(compacted);
+        assert_eq!(run(&result), run(&exe), "{}", exe.display());
+        for (name, commands) in &tools {
+            let (a, b) = (dir.join("orig.tool"), dir.join("result.tool"));
+            std::fs::copy(&exe, &a).unwrap();
+            std::fs::copy(&result, &b).unwrap();
+            let (ok_a, ok_b) = (
+                apply(commands, &a, &llvm_strip),
+                apply(commands, &b, &llvm_strip),
+            );
+            assert_eq!(ok_a, ok_b, "{name} on {}: {report}", exe.display());
+            if ok_a {
+                assert_eq!(run(&b), run(&a), "{name} on {}: {report}", exe.display());
+            }
+        }
+    }
+    assert!(compacted_files >= 10, "{compacted_files} compacted");
+
+    // A shared library, each linker: dlopen'ed by a program after each tool.
+    let user = dir.join("user.c");
+    std::fs::write(
+        &user,
+        "#include <dlfcn.h>\n#include <stdio.h>\n\
+         int main(int c, char **v) { void *h = dlopen(v[1], RTLD_NOW);\n\
+           if (!h) { printf(\"%s\\n\", dlerror()); return 1; }\n\
+           int (*f)(void) = (int (*)(void))dlsym(h, \"answer\");\n\
+           printf(\"%d\\n\", f ? f() : -1); return 0; }\n",
+    )
+    .unwrap();
+    let user_exe = dir.join("user");
+    run_ok(
+        Command::new(&gcc)
+            .arg(&user)
+            .arg("-o")
+            .arg(&user_exe)
+            .arg("-ldl"),
+    );
+    let lib_c = dir.join("lib.c");
+    std::fs::write(&lib_c, "int answer(void) { return 42; }\n").unwrap();
+    for ld in ["bfd", "gold", "lld"] {
+        let lib = dir.join(format!("lib-{ld}.so"));
+        let compiler = if ld == "lld" { &clang } else { &gcc };
+        run_ok(
+            Command::new(compiler)
+                .arg(format!("-fuse-ld={ld}"))
+                .args(["-shared", "-fPIC"])
+                .arg(&lib_c)
+                .arg(&asm)
+                .arg("-o")
+                .arg(&lib),
+        );
+        let out = dir.join(format!("out-lib-{ld}"));
+        let report = slim_json(&lib, &out);
+        let (result, compacted) = outcome(&report, &lib, &out);
+        assert!(compacted, "{ld}: {report}");
+        let load = |f: &Path| {
+            let o = Command::new(&user_exe).arg(f).output().unwrap();
+            (
+                o.status.code(),
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+            )
+        };
+        assert_eq!(load(&result), (Some(0), "42\n".into()), "{ld}: {report}");
+        for (name, commands) in &tools {
+            let (a, b) = (dir.join("orig.so"), dir.join("result.so"));
+            std::fs::copy(&lib, &a).unwrap();
+            std::fs::copy(&result, &b).unwrap();
+            let (ok_a, ok_b) = (
+                apply(commands, &a, &llvm_strip),
+                apply(commands, &b, &llvm_strip),
+            );
+            assert_eq!(ok_a, ok_b, "{name} on lib-{ld}: {report}");
+            if ok_a {
+                assert_eq!(load(&b), load(&a), "{name} on lib-{ld}: {report}");
+            }
+        }
+    }
+}

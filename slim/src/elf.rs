@@ -15,19 +15,26 @@
 //!   `.text` too) becomes a segment of its own at the same addresses, and
 //!   everything after it in the file moves back by the removed bytes rounded
 //!   down to the segments' alignment (so offsets stay congruent to
-//!   addresses). The new program header goes after the table when there is
-//!   room, else the table moves to the end of the kept containers, inside
-//!   the first segment (where `PT_PHDR` must stay).
+//!   addresses). The new program header goes after the table, which stays
+//!   right after the ELF header where binutils and elfutils expect it: when
+//!   sections follow the table there, those that only headers find (notes,
+//!   `.interp`, the dynamic loader's tables) move after the kept containers,
+//!   and the section headers are renumbered in address order (module
+//!   `room`).
 //! - Relocatable objects: the sections after it move back, nothing else.
 //!
-//! What points into the section is rewritten: `R_*_RELATIVE` addends and the
-//! words the linker also wrote in place (ld.bfd does, lld does not), RELR
-//! words, relocations of objects against the section's symbols, the
-//! fat-binary wrappers (`.hipFatBinSegment`, `.nvFatBinSegment`, whose
-//! pointers a non-PIE executable holds with no relocation), symbols, section
-//! and program headers. A pointer into the middle of a container that was
-//! rewritten, a segment layout this does not know, or a reference it cannot
-//! see makes the file [`Unsafe`], never silently wrong.
+//! What points into the section is rewritten: relocations of every type
+//! the loader applies (`R_*_RELATIVE` addends and the words the linker also
+//! wrote in place, ld.bfd does, lld does not; symbol + addend against a
+//! symbol of the section), RELR words, relocations of objects against the
+//! section's symbols, the fat-binary wrappers (`.hipFatBinSegment`,
+//! `.nvFatBinSegment`, whose pointers a non-PIE executable holds with no
+//! relocation), symbols, section and program headers. What refers to the
+//! section without a relocation (module `refs`: code, a position-dependent
+//! file's data, other sections' symbols), a pointer into the middle of a
+//! container that was rewritten, a segment layout this does not know, or a
+//! relocation it does not rewrite makes the file [`Unsafe`], never silently
+//! wrong.
 
 use std::collections::BTreeMap;
 
@@ -37,7 +44,7 @@ use object::LittleEndian as LE;
 use offload_loader::registration::FatbinWrapper;
 
 use crate::pieces::{Output, Piece};
-use crate::refs;
+use crate::{refs, room};
 
 type Header = elf::FileHeader64<LE>;
 
@@ -494,22 +501,35 @@ pub fn compact<'a>(
         .min()
         .unwrap_or(u64::MAX);
     let room = split && first_content - table_end >= PHDR_SIZE;
-    let move_table = split && !room;
-    let kept_end = addr + new_size;
-    let (table_at, seg1_end) = if move_table {
-        let first = phdrs
-            .iter()
-            .find(|p| p.p_type(endian) == elf::PT_LOAD)
-            .map(|p| p.p_vaddr(endian).wrapping_sub(p.p_offset(endian)));
-        if first != Some(lv.wrapping_sub(lo)) {
+    // No room: the sections in the table's way move to the freed bytes.
+    let block = if split && !room {
+        let b = room::block(data, shdrs, phdrs, endian, table_end)?;
+        if b.offset + b.len > offset {
             return Err(unsafe_(
-                "the program header table has no room and cannot move where the kernel finds it",
+                "the sections in the program header table's way reach the offload section",
             ));
         }
-        let t = kept_end.next_multiple_of(8);
-        (Some(t), t + (phnum + 1) * PHDR_SIZE)
+        Some(b)
     } else {
-        (None, kept_end)
+        None
+    };
+    let kept_end = addr + new_size;
+    // Where the block goes: after the kept containers, at an address
+    // congruent to its own modulo its alignment.
+    let moved_to = match &block {
+        Some(b) if kept_end > b.addr => Some(
+            (kept_end - b.addr)
+                .checked_next_multiple_of(b.align)
+                .and_then(|d| b.addr.checked_add(d))
+                .filter(|n| n.checked_add(b.len).is_some_and(|e| e <= lv.saturating_add(lm)))
+                .ok_or_else(|| unsafe_("the sections in the program header table's way do not fit after the kept containers"))?,
+        ),
+        Some(_) => return Err(unsafe_("the sections in the program header table's way lie after the offload section")),
+        None => None,
+    };
+    let seg1_end = match (&block, moved_to) {
+        (Some(b), Some(n)) => n + b.len,
+        _ => kept_end,
     };
     let (cut, v2) = if split {
         let v2 = (addr + size) / page * page;
@@ -576,17 +596,21 @@ pub fn compact<'a>(
             }
             continue;
         }
+        let in_block = block.as_ref().zip(moved_to).filter(|(b, _)| {
+            ty != elf::PT_LOAD && filesz > 0 && off >= b.offset && off + filesz <= b.offset + b.len
+        });
         if ty == elf::PT_PHDR {
-            if let Some(t) = table_at {
-                h.p_offset.set(endian, lo + (t - lv));
-                h.p_vaddr.set(endian, t);
-                h.p_paddr.set(endian, t);
-                h.p_filesz.set(endian, (phnum + 1) * PHDR_SIZE);
-                h.p_memsz.set(endian, (phnum + 1) * PHDR_SIZE);
-            } else if split {
+            if split {
                 h.p_filesz.set(endian, (phnum + 1) * PHDR_SIZE);
                 h.p_memsz.set(endian, (phnum + 1) * PHDR_SIZE);
             }
+        } else if let Some((b, n)) = in_block {
+            // A note or the interpreter's name, moved with its sections.
+            let new_off = lo.wrapping_add(n - lv).wrapping_add(off - b.offset);
+            let new_addr = n.wrapping_add(off - b.offset);
+            h.p_offset.set(endian, new_off);
+            h.p_vaddr.set(endian, new_addr);
+            h.p_paddr.set(endian, new_addr);
         } else if off >= cut {
             h.p_offset.set(endian, off - shift);
         } else if filesz > 0 && off + filesz > offset + new_size && off < cut {
@@ -599,10 +623,7 @@ pub fn compact<'a>(
     if split {
         patches.u16(0x38, (phnum + 1) as u16);
     }
-    match table_at {
-        Some(t) => patches.u64(0x20, lo + (t - lv)),
-        None => patches.put(phoff, &table),
-    }
+    patches.put(phoff, &table);
 
     // Section headers and the ELF header's section table offset.
     patch_sections(
@@ -860,16 +881,193 @@ pub fn compact<'a>(
         &gone,
     )?;
 
-    // The file: up to the section, its new bytes, the moved table, the rest.
+    // The sections in the table's way: their headers, `.dynamic`'s
+    // pointers to them and their symbols follow them; anything else that
+    // refers to them keeps the file as it is.
+    if let (Some(b), Some(n)) = (&block, moved_to) {
+        let file_delta = (lo.wrapping_add(n - lv)).wrapping_sub(b.offset);
+        let delta = n - b.addr;
+        let dynamic = move_dynamic_pointers(&mut patches, data, shdrs, endian, b, delta)?;
+        if let Some(why) = room::referenced(&scan, b, &|at| dynamic.contains(&at)) {
+            return Err(unsafe_(format!(
+                "the program header table has no room for one more entry, and what is in its way cannot move: {why}"
+            )));
+        }
+        for &i in &b.sections {
+            let at = shoff + i as u64 * shentsize;
+            patches.u64(at + 0x10, shdrs[i].sh_addr(endian).wrapping_add(delta));
+            patches.u64(
+                at + 0x18,
+                shdrs[i].sh_offset(endian).wrapping_add(file_delta),
+            );
+        }
+        move_block_symbols(&mut patches, data, shdrs, endian, b, delta)?;
+        renumber(
+            &mut patches,
+            data,
+            shdrs,
+            endian,
+            shoff,
+            shentsize,
+            index,
+            b,
+        )?;
+    }
+
+    // The file: up to the section, its new bytes, the moved sections, the rest.
     patches.copy(data, 0, offset, &mut out);
     out.extend(packed(containers, align));
-    if let Some(t) = table_at {
-        out.pad_to(lo + (t - lv));
-        out.push(Piece::Owned(table));
+    if let (Some(b), Some(n)) = (&block, moved_to) {
+        out.pad_to(lo + (n - lv));
+        patches.copy(data, b.offset, b.offset + b.len, &mut out);
     }
     out.pad_to(cut - shift);
     patches.copy(data, cut, data.len() as u64, &mut out);
     Ok(Some(out))
+}
+
+/// `.dynamic`'s pointers into the block moved by `delta`; the file offsets
+/// of the words rewritten.
+fn move_dynamic_pointers(
+    patches: &mut Patches,
+    data: &[u8],
+    shdrs: &[elf::SectionHeader64<LE>],
+    endian: LE,
+    block: &room::Block,
+    delta: u64,
+) -> Result<Vec<u64>, Unsafe> {
+    let mut rewritten = Vec::new();
+    for s in shdrs
+        .iter()
+        .filter(|s| s.sh_type(endian) == elf::SHT_DYNAMIC)
+    {
+        let Ok(entries) = s.data_as_array::<elf::Dyn64<LE>, _>(endian, data) else {
+            return Err(unsafe_("the dynamic section cannot be read"));
+        };
+        for (i, d) in entries.iter().enumerate() {
+            let (tag, value) = (d.d_tag.get(endian), d.d_val.get(endian));
+            if tag == u64::from(elf::DT_NULL) {
+                break;
+            }
+            if room::is_pointer_tag(tag) && block.holds(value) {
+                let at = s.sh_offset(endian) + i as u64 * 16 + 8;
+                patches.u64(at, value.wrapping_add(delta));
+                rewritten.push(at);
+            }
+        }
+    }
+    Ok(rewritten)
+}
+
+/// The section headers put back in address order once the block's
+/// sections moved after section `index` (patchelf, for one, reads the
+/// table as if sorted, and writes over what it misplaces): the headers
+/// permuted, as they stand after the other patches, and every section
+/// index that names them, `sh_link`, `sh_info` where it is one, symbols'
+/// `st_shndx` and `e_shstrndx`, renumbered.
+#[allow(clippy::too_many_arguments)]
+fn renumber(
+    patches: &mut Patches,
+    data: &[u8],
+    shdrs: &[elf::SectionHeader64<LE>],
+    endian: LE,
+    shoff: u64,
+    shentsize: u64,
+    index: usize,
+    block: &room::Block,
+) -> Result<(), Unsafe> {
+    if shentsize != 64 {
+        return Err(unsafe_("the section headers are not of the ELF64 size"));
+    }
+    if shdrs
+        .iter()
+        .any(|s| matches!(s.sh_type(endian), elf::SHT_GROUP | elf::SHT_SYMTAB_SHNDX))
+    {
+        return Err(unsafe_(
+            "section groups or extended section indices are not renumbered",
+        ));
+    }
+    // The new order: the block's sections right after the offload section.
+    let mut order: Vec<usize> = (0..shdrs.len())
+        .filter(|i| !block.sections.contains(i))
+        .collect();
+    let at = order
+        .iter()
+        .position(|&i| i == index)
+        .map_or(order.len(), |p| p + 1);
+    order.splice(at..at, block.sections.iter().copied());
+    let mut new_index = vec![0u16; shdrs.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_index[old] = u16::try_from(new).map_err(|_| unsafe_("too many sections"))?;
+    }
+    let renamed = |i: u32| -> u32 { new_index.get(i as usize).map_or(i, |&n| u32::from(n)) };
+    // The table as the other patches left it, permuted.
+    let len = shdrs.len() as u64 * 64;
+    let mut current = Output::default();
+    patches.copy(data, shoff, shoff + len, &mut current);
+    let current = current.to_vec();
+    let mut table = Vec::with_capacity(current.len());
+    for &old in &order {
+        let mut h = current[old * 64..old * 64 + 64].to_vec();
+        let s = &shdrs[old];
+        let link = s.sh_link(endian);
+        h[0x28..0x2c].copy_from_slice(&renamed(link).to_le_bytes());
+        let info_is_index = s.sh_flags(endian) & u64::from(elf::SHF_INFO_LINK) != 0
+            || matches!(s.sh_type(endian), elf::SHT_REL | elf::SHT_RELA) && s.sh_info(endian) != 0;
+        if info_is_index {
+            h[0x2c..0x30].copy_from_slice(&renamed(s.sh_info(endian)).to_le_bytes());
+        }
+        table.extend_from_slice(&h);
+    }
+    patches.put(shoff, &table);
+    let shstrndx = u16::from_le_bytes([data[0x3e], data[0x3f]]);
+    patches.u16(0x3e, renamed(u32::from(shstrndx)) as u16);
+    for s in shdrs {
+        if !matches!(s.sh_type(endian), elf::SHT_SYMTAB | elf::SHT_DYNSYM) {
+            continue;
+        }
+        let Ok(syms) = s.data_as_array::<elf::Sym64<LE>, _>(endian, data) else {
+            return Err(unsafe_("a symbol table cannot be read"));
+        };
+        for (i, sym) in syms.iter().enumerate() {
+            let shndx = sym.st_shndx(endian);
+            if shndx != elf::SHN_UNDEF && shndx < elf::SHN_LORESERVE {
+                let new = renamed(u32::from(shndx)) as u16;
+                if new != shndx {
+                    patches.u16(s.sh_offset(endian) + i as u64 * 24 + 6, new);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Symbols of the block's sections moved by `delta` (what refers to them
+/// otherwise, [`room::referenced`] has found nothing of).
+fn move_block_symbols(
+    patches: &mut Patches,
+    data: &[u8],
+    shdrs: &[elf::SectionHeader64<LE>],
+    endian: LE,
+    block: &room::Block,
+    delta: u64,
+) -> Result<(), Unsafe> {
+    for s in shdrs {
+        if !matches!(s.sh_type(endian), elf::SHT_SYMTAB | elf::SHT_DYNSYM) {
+            continue;
+        }
+        let Ok(syms) = s.data_as_array::<elf::Sym64<LE>, _>(endian, data) else {
+            return Err(unsafe_("a symbol table cannot be read"));
+        };
+        for (i, sym) in syms.iter().enumerate() {
+            let shndx = sym.st_shndx(endian);
+            if shndx < elf::SHN_LORESERVE && block.sections.contains(&usize::from(shndx)) {
+                let at = s.sh_offset(endian) + i as u64 * 24 + 8;
+                patches.u64(at, sym.st_value(endian).wrapping_add(delta));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The new section's bytes, taken from `containers`: each container's new

@@ -22,6 +22,7 @@ mod elf;
 mod file;
 mod pieces;
 mod refs;
+mod room;
 
 use offload_loader::discover::{OffloadSection, SectionRole};
 use offload_loader::target::OffloadKind;

@@ -292,7 +292,7 @@ fn words(
     patched: &dyn Fn(u64) -> bool,
     found: &mut Vec<Reference>,
 ) {
-    let skip = (addr.next_multiple_of(8) - addr) as usize;
+    let skip = ((8 - addr % 8) % 8) as usize;
     let Some(aligned) = bytes.get(skip..) else {
         return;
     };
@@ -301,7 +301,7 @@ fn words(
         let at = (skip + i * 8) as u64;
         if range.contains(v) && !patched(offset + at) {
             found.push(Reference {
-                from: addr + at,
+                from: addr.wrapping_add(at),
                 to: v,
                 kind: Kind::Data,
             });
