@@ -99,6 +99,12 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         keep_ptx: args.keep_ptx,
         limits: Limits::default(),
     };
+    // An input truncated while it is read (a package upgrade beside us) is
+    // an error for that file, not the death of the run.
+    if let Err(e) = Options::install_sigbus_guard() {
+        eprintln!("offload-probe slim: {e}");
+        return ExitCode::from(2);
+    }
     let (jobs, mut errors) = find(&args);
     let progress = if !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         let bar =
@@ -234,6 +240,22 @@ fn find(args: &Args) -> (Vec<Job>, Vec<String>) {
             }
         }
     });
+    // No result may be written over an input: --output naming an input's
+    // own directory, or a directory where another input lies.
+    let inputs = Inputs::of(&seen);
+    order.retain(|key| {
+        let found = &seen[key];
+        let Some(to) = &found.to else { return true };
+        let Some(clash) = inputs.at(to) else {
+            return true;
+        };
+        errors.push(format!(
+            "{}: --output would write its result over the input {}: left out",
+            found.path.display(),
+            clash.display()
+        ));
+        false
+    });
     let jobs = order
         .into_iter()
         .filter_map(|key| seen.remove(&key))
@@ -252,6 +274,48 @@ fn find(args: &Args) -> (Vec<Job>, Vec<String>) {
         })
         .collect();
     (jobs, errors)
+}
+
+/// Every input, by device and inode and by each of its names, resolved.
+struct Inputs {
+    keys: BTreeMap<(u64, u64), PathBuf>,
+    names: BTreeMap<PathBuf, PathBuf>,
+}
+
+impl Inputs {
+    fn of(seen: &BTreeMap<(u64, u64), Found>) -> Inputs {
+        let mut names = BTreeMap::new();
+        for found in seen.values() {
+            for name in std::iter::once(&found.path).chain(&found.also) {
+                names.insert(resolved(name), found.path.clone());
+            }
+        }
+        let keys = seen.iter().map(|(k, f)| (*k, f.path.clone())).collect();
+        Inputs { keys, names }
+    }
+
+    /// The input that `to` is (the same file, or one of its names).
+    fn at(&self, to: &Path) -> Option<&PathBuf> {
+        if let Ok(m) = std::fs::metadata(to) {
+            if let Some(p) = self.keys.get(&(m.dev(), m.ino())) {
+                return Some(p);
+            }
+        }
+        self.names.get(&resolved(to))
+    }
+}
+
+/// `path` with its directory resolved (symbolic links, `..`), its own name
+/// kept: the name it is reached by, wherever it is spelled from.
+fn resolved(path: &Path) -> PathBuf {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(dir), path.file_name()) {
+        (Ok(d), Some(name)) => d.join(name),
+        _ => path.to_path_buf(),
+    }
 }
 
 fn size(n: u64) -> String {
@@ -348,6 +412,9 @@ fn human(reports: &[FileReport], errors: &[String], dry_run: bool) -> String {
                 "  {device} has no image in the {section} container at {at:#x}"
             );
         }
+        for note in &r.notes {
+            let _ = writeln!(s, "  note: {note}");
+        }
     }
     for e in errors {
         let _ = writeln!(s, "error: {e}");
@@ -420,6 +487,7 @@ fn json(reports: &[FileReport], options: &Options, errors: &[String], dry_run: b
                 "sections_left": r.sections_left.iter().map(|(s, why)| json!({"section": s, "reason": why})).collect::<Vec<_>>(),
                 "holes": r.holes.iter().map(|h| json!({"section": h.section, "reason": h.why, "bytes": h.bytes})).collect::<Vec<_>>(),
                 "missing": r.missing.iter().map(|(d, s, at)| json!({"device": d, "section": s, "offset": at})).collect::<Vec<_>>(),
+                "notes": r.notes,
             })
         })
         .collect();

@@ -2,6 +2,10 @@
 //! without ever looping or opening what is not a regular file, and inspected
 //! while the walk goes on.
 //!
+//! Files `offload-probe slim` is making (`.NAME.slim-TAG-PID-N`, left only
+//! where a kill came between naming one and renaming it, or on a file
+//! system without unnamed files) are not inputs, and are skipped.
+//!
 //! Symbolic links to files are followed; links to directories are not (the
 //! only way a walk can loop), and each directory is entered once by device
 //! and inode. Pipes, sockets and devices are never opened (opening a pipe
@@ -249,6 +253,7 @@ impl<I: Inspector> Walk<'_, I> {
             .par_iter()
             .enumerate()
             .filter(|(_, (_, kind, _))| !kind.is_some_and(|k| k.is_dir()))
+            .filter(|(_, (name, _, _))| !slim_temporary(name))
             .filter_map(|(i, (name, kind, ino))| {
                 let path = dir.join(name);
                 let kind = Kind::of(&path, *kind, (dev, *ino))?;
@@ -337,6 +342,25 @@ impl Kind {
     }
 }
 
+/// Whether `name` is one `offload-slim` gives the files it is making:
+/// `.NAME.slim-TAG-PID-N`, TAG one of `pass`, `result`, `link`.
+fn slim_temporary(name: &std::ffi::OsStr) -> bool {
+    let name = name.as_bytes();
+    let Some(rest) = name.strip_prefix(b".") else {
+        return false;
+    };
+    let Some(at) = rest.windows(6).rposition(|w| w == b".slim-") else {
+        return false;
+    };
+    let mut parts = rest[at + 6..].split(|&b| b == b'-');
+    let digits =
+        |p: Option<&[u8]>| p.is_some_and(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit));
+    matches!(parts.next(), Some(b"pass" | b"result" | b"link"))
+        && digits(parts.next())
+        && digits(parts.next())
+        && parts.next().is_none()
+}
+
 /// The value behind `mutex`, whether or not a thread panicked holding it.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
@@ -391,6 +415,29 @@ mod tests {
     }
 
     #[test]
+    fn slim_temporary_names() {
+        let yes = [
+            ".a.slim-pass-1-0",
+            ".lib.so.1.slim-result-123-45",
+            ".x.slim-link-9-9",
+        ];
+        let no = [
+            "a.slim-pass-1-0",
+            ".a.slim-pass-1",
+            ".a.slim-other-1-0",
+            ".a.slim-pass-1-0-2",
+            ".a.slim-pass-x-0",
+            ".slim",
+        ];
+        for n in yes {
+            assert!(slim_temporary(std::ffi::OsStr::new(n)), "{n}");
+        }
+        for n in no {
+            assert!(!slim_temporary(std::ffi::OsStr::new(n)), "{n}");
+        }
+    }
+
+    #[test]
     fn links_loops_pipes_and_duplicates() {
         let root = std::env::temp_dir().join(format!("offload-probe-walk-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -405,6 +452,9 @@ mod tests {
         std::os::unix::fs::symlink("../a/b/lib.so.1", root.join("a/0-first")).unwrap();
         std::fs::hard_link(root.join("a/b/lib.so.1"), root.join("c/hard")).unwrap();
         std::fs::write(root.join("c/other"), b"y").unwrap();
+        // What a killed `offload-probe slim` could leave: skipped.
+        std::fs::write(root.join("c/.other.slim-result-12-0"), b"\x7fELF").unwrap();
+        std::fs::write(root.join("c/.x.so.slim-link-1-22"), b"").unwrap();
         let fifo = std::ffi::CString::new(root.join("a/pipe").to_str().unwrap()).unwrap();
         // SAFETY: mkfifo with a NUL-terminated path and a mode.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);

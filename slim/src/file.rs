@@ -3,6 +3,18 @@
 //! runtime make), the file rewritten with those ([`crate::slim`]), the result
 //! written beside its destination and read back (every device must select
 //! byte-identical images from it), then renamed into place.
+//!
+//! What a file was is kept ([`keep`]): a replacement has its original's
+//! owner, mode and extended attributes. A file is never split from its other
+//! hard links, and never written over by its own result ([`input`]). New
+//! files are unnamed until complete ([`temp`]), so a kill leaves nothing
+//! behind. An input that changes while it is read is an error for that file
+//! ([`input`], and [`guard`] for reads past an end that moved).
+
+mod guard;
+mod input;
+mod keep;
+mod temp;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -16,6 +28,12 @@ use offload_loader::{
 };
 
 use crate::{ContainerReport, Outcome};
+
+pub use guard::GuardError;
+use guard::Registration;
+use input::Input;
+use keep::Strictness;
+use temp::Temp;
 
 /// What to keep.
 #[derive(Debug, Clone)]
@@ -87,31 +105,71 @@ pub struct FileReport {
     pub missing: Vec<(String, String, u64)>,
     /// A read, write or verification error: the file is untouched.
     pub error: Option<String>,
+    /// What the result could not keep of what the file was (its owner, and
+    /// so its setuid/setgid bits; its file capabilities), in words.
+    pub notes: Vec<String>,
+}
+
+impl Options {
+    /// Installs the process-wide `SIGBUS` handler that turns an input
+    /// shrinking while it is read into an error for that file ("changed
+    /// while it was read") instead of the death of the process. Once per
+    /// process, by the program (`offload-probe slim` calls it): a library
+    /// must not install signal handlers behind its host's back. Without it,
+    /// such a read kills the process, as any read past a mapping's end does.
+    pub fn install_sigbus_guard() -> Result<(), GuardError> {
+        guard::install()
+    }
 }
 
 /// Slims `path` for `options` into `destination`.
 pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> FileReport {
-    let mut report = slim_one(path, options, destination);
-    if report.error.is_some() {
-        // Nothing was written.
-        report.after = report.before;
-        report.holes.clear();
-    }
-    report
-}
-
-fn slim_one(path: &Path, options: &Options, destination: &Destination) -> FileReport {
     let mut report = FileReport {
         path: path.to_path_buf(),
         ..FileReport::default()
     };
-    let file = match MappedFile::open(path) {
-        Ok(f) => f,
-        Err(e) => {
-            report.error = Some(e.to_string());
-            return report;
+    match Input::open(path) {
+        Ok(input) => {
+            let guard = guard::register(input.map().bytes());
+            let source = Source {
+                input: &input,
+                guard: &guard,
+            };
+            slim_one(&mut report, &source, options, destination);
+            // A result written was checked before it was; one not written
+            // (a dry run, nothing to remove, an error) is checked now: a
+            // change is the first cause of any other error.
+            if !report.written {
+                if let Err(e) = input.unchanged(&guard) {
+                    report.error = Some(e.to_string());
+                }
+            }
         }
-    };
+        Err(e) => report.error = Some(e.to_string()),
+    }
+    if report.error.is_some() {
+        // Nothing was written.
+        report.after = report.before;
+        report.holes.clear();
+        report.notes.clear();
+    }
+    report
+}
+
+/// The input being slimmed, with its registration with the `SIGBUS` guard.
+struct Source<'s> {
+    input: &'s Input,
+    guard: &'s Registration<'s>,
+}
+
+fn slim_one(
+    report: &mut FileReport,
+    source: &Source<'_>,
+    options: &Options,
+    destination: &Destination,
+) {
+    let file = source.input.map();
+    let path = file.path();
     let data = file.bytes();
     report.before = data.len() as u64;
     report.after = report.before;
@@ -119,7 +177,7 @@ fn slim_one(path: &Path, options: &Options, destination: &Destination) -> FileRe
         Ok(s) => s,
         Err(e) => {
             report.error = Some(e.to_string());
-            return report;
+            return;
         }
     };
     let plan = choose(&sections, options);
@@ -133,11 +191,19 @@ fn slim_one(path: &Path, options: &Options, destination: &Destination) -> FileRe
         .map(|r| summarise(r, &sections, &plan))
         .collect();
     let Some(output) = first.output else {
-        return report;
+        return;
     };
     if first.deferred.is_empty() {
-        finish(&mut report, output, &sections, &plan, options, destination);
-        return report;
+        finish(
+            report,
+            output,
+            &sections,
+            &plan,
+            options,
+            destination,
+            source,
+        );
+        return;
     }
     // More than one section to compact: each further pass works on the
     // previous pass's result, kept in an unlinked scratch file. Sections keep
@@ -146,14 +212,14 @@ fn slim_one(path: &Path, options: &Options, destination: &Destination) -> FileRe
         Ok(d) => d,
         Err(e) => {
             report.error = Some(e);
-            return report;
+            return;
         }
     };
     let mut current = match scratch_copy(&scratch, path, &output) {
         Ok(f) => f,
         Err(e) => {
             report.error = Some(e);
-            return report;
+            return;
         }
     };
     drop(output);
@@ -163,7 +229,7 @@ fn slim_one(path: &Path, options: &Options, destination: &Destination) -> FileRe
             Ok(s) => s,
             Err(e) => {
                 report.error = Some(format!("reading a pass's result back: {e}"));
-                return report;
+                return;
             }
         };
         let pass_plan = choose(&now, options);
@@ -195,18 +261,33 @@ fn slim_one(path: &Path, options: &Options, destination: &Destination) -> FileRe
                 }
                 Err(e) => {
                     report.error = Some(e);
-                    return report;
+                    return;
                 }
             },
             Some(out) => out,
             None => crate::Output::whole(current.bytes()),
         };
-        finish(&mut report, output, &sections, &plan, options, destination);
-        return report;
+        finish(
+            report,
+            output,
+            &sections,
+            &plan,
+            options,
+            destination,
+            source,
+        );
+        return;
     }
     let output = crate::Output::whole(current.bytes());
-    finish(&mut report, output, &sections, &plan, options, destination);
-    report
+    finish(
+        report,
+        output,
+        &sections,
+        &plan,
+        options,
+        destination,
+        source,
+    );
 }
 
 /// The result `output` reported, and written where `destination` says
@@ -218,6 +299,7 @@ fn finish(
     plan: &Plan,
     options: &Options,
     destination: &Destination,
+    source: &Source<'_>,
 ) {
     report.after = output.len();
     let target = match destination {
@@ -231,20 +313,26 @@ fn finish(
         },
         Destination::To(p) => p.clone(),
     };
+    // Refused before anything is written: a file whose other hard links
+    // would be split off, a result over its own input.
+    let refused = match destination {
+        Destination::InPlace { also } => source.input.all_links_named(also),
+        _ => source.input.not_at(&target),
+    };
+    if let Err(e) = refused {
+        report.error = Some(e.to_string());
+        return;
+    }
     let expected = Expected {
         sections,
         chosen: &plan.chosen,
         containers: &report.containers,
     };
-    match write_verified(
-        &target,
-        &report.path,
-        &output,
-        &expected,
-        options,
-        destination,
-    ) {
-        Ok(()) => report.written = true,
+    match write_verified(&target, source, &output, &expected, options, destination) {
+        Ok(notes) => {
+            report.written = true;
+            report.notes = notes;
+        }
         Err(e) => {
             report.error = Some(e);
             report.after = report.before;
@@ -267,51 +355,31 @@ struct Expected<'e, 'a> {
 fn scratch_dir(path: &Path, destination: &Destination) -> Result<PathBuf, String> {
     let dir = match destination {
         Destination::DryRun => return Ok(std::env::temp_dir()),
-        Destination::InPlace { .. } => fs::canonicalize(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
-        Destination::To(p) => p
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        Destination::InPlace { .. } => {
+            dir_of(&fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?)
+        }
+        Destination::To(p) => dir_of(p),
     };
     fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(dir)
 }
 
-/// `output` written to a scratch file in `dir`, mapped, and unlinked: the
-/// mapping is all that is left of it.
+/// The directory `path` is in (`.` for a bare name).
+fn dir_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// `output` written to an unnamed scratch file in `dir`, and mapped: the
+/// mapping is all there is of it, and a kill leaves nothing.
 fn scratch_copy(dir: &Path, path: &Path, output: &crate::Output<'_>) -> Result<MappedFile, String> {
-    let temp = temp_path(dir, path, "pass");
-    let result = write_new(&temp, output).and_then(|f| {
-        drop(f);
-        MappedFile::open(&temp).map_err(|e| format!("reading a pass's result back: {e}"))
-    });
-    let _ = fs::remove_file(&temp);
-    result
-}
-
-/// A path in `dir` for a new file made from `path`: `.NAME.slim-TAG-PID-N`,
-/// unique among this process's files too (files of one name from several
-/// directories may be slimmed at once).
-fn temp_path(dir: &Path, path: &Path, tag: &str) -> PathBuf {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("slim");
-    dir.join(format!(".{name}.slim-{tag}-{}-{n}", std::process::id()))
-}
-
-/// `output` written (with holes) to `temp`, a file made anew; the file,
-/// still open.
-fn write_new(temp: &Path, output: &crate::Output<'_>) -> Result<fs::File, String> {
-    let io = |e: std::io::Error| format!("{}: {e}", temp.display());
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(temp)
-        .map_err(io)?;
-    output.write_sparse(&mut f).map_err(io)?;
-    Ok(f)
+    let mut temp = Temp::new(dir, path, "pass").map_err(|e| e.to_string())?;
+    output
+        .write_sparse(temp.file())
+        .map_err(|e| format!("{}: writing a pass's result: {e}", dir.display()))?;
+    MappedFile::open(temp.path()).map_err(|e| format!("reading a pass's result back: {e}"))
 }
 
 /// Puts a later pass's summaries of the sections it rewrote in place of
@@ -645,65 +713,84 @@ impl Code {
     }
 }
 
-/// Writes `output` to a temporary file beside `target`, reads it back
-/// (every device must select byte-identical images to those it selects in
-/// the original), keeps the original's mode, and renames it to `target`;
-/// for an in-place write, other hard links are pointed at the result too.
+/// Writes `output` to a new, unnamed file beside `target`, gives it what
+/// the original was (owner, mode, extended attributes: [`keep`]), reads it
+/// back (every device must select byte-identical images to those it
+/// selects in the original), checks that the original has not changed
+/// meanwhile, and only then puts it at `target` (atomically); for an
+/// in-place write, other hard links are pointed at the result too. What
+/// could not be kept, in words.
 fn write_verified(
     target: &Path,
-    original: &Path,
+    source: &Source<'_>,
     output: &crate::Output<'_>,
     expected: &Expected<'_, '_>,
     options: &Options,
     destination: &Destination,
-) -> Result<(), String> {
-    let dir = target.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let temp = temp_path(dir, target, "result");
-    let result = (|| -> Result<(), String> {
-        let io = |e: std::io::Error| format!("{}: {e}", temp.display());
-        let f = write_new(&temp, output)?;
-        let mode = fs::metadata(original)
-            .map_err(|e| format!("{}: {e}", original.display()))?
-            .permissions();
-        f.set_permissions(mode).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        drop(f);
-        // Read back through the same readers.
-        let written =
-            MappedFile::open(&temp).map_err(|e| format!("reading the result back: {e}"))?;
-        if written.bytes().len() as u64 != output.len() {
-            return Err("the result's size is not the one written".into());
-        }
-        let new_sections = written
-            .containers(&options.limits)
-            .map_err(|e| format!("reading the result back: {e}"))?;
-        same_kept(
-            expected.sections,
-            expected.containers,
-            &new_sections,
-            &options.limits,
-        )
-        .and_then(|pairs| same_selections(expected.chosen, &pairs, &new_sections, &options.devices))
-        .map_err(|e| format!("verification failed: {e}; nothing written"))?;
-        fs::rename(&temp, target).map_err(|e| format!("{}: {e}", target.display()))?;
-        // The rename itself reaches the disk before we say it is done.
-        if let Ok(d) = fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        if let Destination::InPlace { also } = destination {
-            for other in also {
-                let link = temp_path(other.parent().unwrap_or(Path::new(".")), other, "link");
-                fs::hard_link(target, &link).map_err(|e| format!("{}: {e}", link.display()))?;
-                fs::rename(&link, other).map_err(|e| format!("{}: {e}", other.display()))?;
-            }
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
+) -> Result<Vec<String>, String> {
+    let dir = dir_of(target);
+    fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let strictness = match destination {
+        Destination::InPlace { .. } => Strictness::InPlace,
+        _ => Strictness::Copy,
+    };
+    let attributes = source.input.attributes().map_err(|e| e.to_string())?;
+    let mut temp = Temp::new(&dir, target, "result").map_err(|e| e.to_string())?;
+    let io = |e: std::io::Error| format!("{}: writing the result: {e}", dir.display());
+    output.write_sparse(temp.file()).map_err(io)?;
+    // After the bytes: a write clears setuid bits and capabilities.
+    let notes = attributes
+        .apply(temp.file(), strictness)
+        .map_err(|e| e.to_string())?;
+    temp.file().sync_all().map_err(io)?;
+    let verified = verify(&temp.path(), output, expected, options);
+    // A change to the input explains a failed verification first.
+    source
+        .input
+        .unchanged(source.guard)
+        .map_err(|e| e.to_string())?;
+    verified?;
+    temp.publish(target).map_err(|e| e.to_string())?;
+    // The rename itself reaches the disk before we say it is done.
+    if let Ok(d) = fs::File::open(&dir) {
+        let _ = d.sync_all();
     }
-    result
+    if let Destination::InPlace { also } = destination {
+        for other in also {
+            let link = temp::temp_path(&dir_of(other), other, "link");
+            fs::hard_link(target, &link).map_err(|e| format!("{}: {e}", link.display()))?;
+            fs::rename(&link, other).map_err(|e| {
+                let _ = fs::remove_file(&link);
+                format!("{}: {e}", other.display())
+            })?;
+        }
+    }
+    Ok(notes)
+}
+
+/// Reads the result at `written` back through the same readers: it must
+/// hold what `expected` says, and every device must select the same images.
+fn verify(
+    written: &Path,
+    output: &crate::Output<'_>,
+    expected: &Expected<'_, '_>,
+    options: &Options,
+) -> Result<(), String> {
+    let written = MappedFile::open(written).map_err(|e| format!("reading the result back: {e}"))?;
+    if written.bytes().len() as u64 != output.len() {
+        return Err("the result's size is not the one written".into());
+    }
+    let new_sections = written
+        .containers(&options.limits)
+        .map_err(|e| format!("reading the result back: {e}"))?;
+    same_kept(
+        expected.sections,
+        expected.containers,
+        &new_sections,
+        &options.limits,
+    )
+    .and_then(|pairs| same_selections(expected.chosen, &pairs, &new_sections, &options.devices))
+    .map_err(|e| format!("verification failed: {e}; nothing written"))
 }
 
 impl FileReport {
@@ -804,11 +891,17 @@ mod tests {
                 "gfx90a:xnack- where hipv4-amdgcn-amd-amdhsa--gfx1100 was to stay",
             ),
         ];
+        let input = Input::open(&path).unwrap();
+        let guard = guard::register(input.map().bytes());
+        let source = Source {
+            input: &input,
+            guard: &guard,
+        };
         for (bytes, why) in cases {
             let target = out.join("wrong.bundle");
             let err = write_verified(
                 &target,
-                &path,
+                &source,
                 &crate::Output::whole(&bytes),
                 &expected,
                 &options,
