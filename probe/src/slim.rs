@@ -101,7 +101,7 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
     };
     // An input truncated while it is read (a package upgrade beside us) is
     // an error for that file, not the death of the run.
-    if let Err(e) = Options::install_sigbus_guard() {
+    if let Err(e) = offload_slim::install_sigbus_guard() {
         eprintln!("offload-probe slim: {e}");
         return ExitCode::from(2);
     }

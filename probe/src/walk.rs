@@ -253,7 +253,7 @@ impl<I: Inspector> Walk<'_, I> {
             .par_iter()
             .enumerate()
             .filter(|(_, (_, kind, _))| !kind.is_some_and(|k| k.is_dir()))
-            .filter(|(_, (name, _, _))| !slim_temporary(name))
+            .filter(|(_, (name, _, _))| !offload_slim::is_temporary(name))
             .filter_map(|(i, (name, kind, ino))| {
                 let path = dir.join(name);
                 let kind = Kind::of(&path, *kind, (dev, *ino))?;
@@ -342,25 +342,6 @@ impl Kind {
     }
 }
 
-/// Whether `name` is one `offload-slim` gives the files it is making:
-/// `.NAME.slim-TAG-PID-N`, TAG one of `pass`, `result`, `link`.
-fn slim_temporary(name: &std::ffi::OsStr) -> bool {
-    let name = name.as_bytes();
-    let Some(rest) = name.strip_prefix(b".") else {
-        return false;
-    };
-    let Some(at) = rest.windows(6).rposition(|w| w == b".slim-") else {
-        return false;
-    };
-    let mut parts = rest[at + 6..].split(|&b| b == b'-');
-    let digits =
-        |p: Option<&[u8]>| p.is_some_and(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit));
-    matches!(parts.next(), Some(b"pass" | b"result" | b"link"))
-        && digits(parts.next())
-        && digits(parts.next())
-        && parts.next().is_none()
-}
-
 /// The value behind `mutex`, whether or not a thread panicked holding it.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
@@ -412,29 +393,6 @@ mod tests {
         let mut inspected = inspector.0.into_inner().unwrap();
         inspected.sort();
         (names, inspected.iter().map(|p| relative(p)).collect())
-    }
-
-    #[test]
-    fn slim_temporary_names() {
-        let yes = [
-            ".a.slim-pass-1-0",
-            ".lib.so.1.slim-result-123-45",
-            ".x.slim-link-9-9",
-        ];
-        let no = [
-            "a.slim-pass-1-0",
-            ".a.slim-pass-1",
-            ".a.slim-other-1-0",
-            ".a.slim-pass-1-0-2",
-            ".a.slim-pass-x-0",
-            ".slim",
-        ];
-        for n in yes {
-            assert!(slim_temporary(std::ffi::OsStr::new(n)), "{n}");
-        }
-        for n in no {
-            assert!(!slim_temporary(std::ffi::OsStr::new(n)), "{n}");
-        }
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub use guard::GuardError;
 use guard::Registration;
 use input::Input;
 use keep::Strictness;
+pub use temp::is_temporary;
 use temp::Temp;
 
 /// What to keep.
@@ -110,16 +111,14 @@ pub struct FileReport {
     pub notes: Vec<String>,
 }
 
-impl Options {
-    /// Installs the process-wide `SIGBUS` handler that turns an input
-    /// shrinking while it is read into an error for that file ("changed
-    /// while it was read") instead of the death of the process. Once per
-    /// process, by the program (`offload-probe slim` calls it): a library
-    /// must not install signal handlers behind its host's back. Without it,
-    /// such a read kills the process, as any read past a mapping's end does.
-    pub fn install_sigbus_guard() -> Result<(), GuardError> {
-        guard::install()
-    }
+/// Installs the process-wide `SIGBUS` handler that turns an input
+/// shrinking while it is read into an error for that file ("changed while
+/// it was read") instead of the death of the process. Once per process, by
+/// the program (`offload-probe slim` calls it): a library must not install
+/// signal handlers behind its host's back. Without it, such a read kills
+/// the process, as any read past a mapping's end does.
+pub fn install_sigbus_guard() -> Result<(), GuardError> {
+    guard::install()
 }
 
 /// Slims `path` for `options` into `destination`.

@@ -33,7 +33,10 @@ use container::InPlace;
 
 pub use container::Outcome;
 pub use elf::Unsafe;
-pub use file::{slim_file, ContainerSummary, Destination, FileReport, Options, Removed};
+pub use file::{
+    install_sigbus_guard, is_temporary, slim_file, ContainerSummary, Destination, FileReport,
+    GuardError, Options, Removed,
+};
 pub use pieces::{Output, Piece};
 
 /// What became of one container.

@@ -199,6 +199,27 @@ pub fn temp_path(dir: &Path, path: &Path, tag: &str) -> PathBuf {
     dir.join(format!(".{name}.slim-{tag}-{}-{n}", std::process::id()))
 }
 
+/// Whether `name` is one [`temp_path`] gives the files slim is making (a
+/// directory walk skips them):
+/// `.NAME.slim-TAG-PID-N`, TAG one of `pass`, `result`, `link`.
+pub fn is_temporary(name: &std::ffi::OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let name = name.as_bytes();
+    let Some(rest) = name.strip_prefix(b".") else {
+        return false;
+    };
+    let Some(at) = rest.windows(6).rposition(|w| w == b".slim-") else {
+        return false;
+    };
+    let mut parts = rest[at + 6..].split(|&b| b == b'-');
+    let digits =
+        |p: Option<&[u8]>| p.is_some_and(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit));
+    matches!(parts.next(), Some(b"pass" | b"result" | b"link"))
+        && digits(parts.next())
+        && digits(parts.next())
+        && parts.next().is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,5 +253,28 @@ mod tests {
         drop(Temp::new(&dir, &target, "result").unwrap());
         assert_eq!(names(), ["lib.so"]);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn slim_temporary_names() {
+        let yes = [
+            ".a.slim-pass-1-0",
+            ".lib.so.1.slim-result-123-45",
+            ".x.slim-link-9-9",
+        ];
+        let no = [
+            "a.slim-pass-1-0",
+            ".a.slim-pass-1",
+            ".a.slim-other-1-0",
+            ".a.slim-pass-1-0-2",
+            ".a.slim-pass-x-0",
+            ".slim",
+        ];
+        for n in yes {
+            assert!(is_temporary(std::ffi::OsStr::new(n)), "{n}");
+        }
+        for n in no {
+            assert!(!is_temporary(std::ffi::OsStr::new(n)), "{n}");
+        }
     }
 }
