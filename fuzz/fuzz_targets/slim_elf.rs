@@ -3,9 +3,12 @@
 //!
 //! The input's first byte is the keep-mask (bit i keeps image i of each
 //! container, cycling); the rest is a file (seeds: small shared objects,
-//! executables, objects and archives from clang-22 and nvcc 13). Invariants:
+//! executables, objects and archives from clang-22 and nvcc 13; an ld.bfd
+//! PIE and an lld shared library whose program header table must grow, each
+//! with three bundles). Invariants:
 //! never a panic, a loop or an allocation beyond the input; a result is never
-//! larger than the input plus one program header and a moved table; a
+//! larger than the input plus one program header and the sections moved
+//! out of its way; a
 //! section rewritten in place keeps the file's length; and a result reads
 //! back: the same offload sections, each container parses.
 #![no_main]

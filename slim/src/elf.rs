@@ -597,7 +597,12 @@ pub fn compact<'a>(
             continue;
         }
         let in_block = block.as_ref().zip(moved_to).filter(|(b, _)| {
-            ty != elf::PT_LOAD && filesz > 0 && off >= b.offset && off + filesz <= b.offset + b.len
+            ty != elf::PT_LOAD
+                && filesz > 0
+                && off >= b.offset
+                && off
+                    .checked_add(filesz)
+                    .is_some_and(|e| e <= b.offset + b.len)
         });
         if ty == elf::PT_PHDR {
             if split {
