@@ -20,7 +20,7 @@ pub(crate) struct Member {
 }
 
 impl Member {
-    fn name<'a>(&self, data: &'a [u8]) -> &'a [u8] {
+    pub(crate) fn name<'a>(&self, data: &'a [u8]) -> &'a [u8] {
         let h = &data[self.header as usize..self.header as usize + 16];
         let end = h.iter().rposition(|&b| b != b' ').map_or(0, |p| p + 1);
         &h[..end]

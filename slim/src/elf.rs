@@ -1047,8 +1047,8 @@ fn renumber(
     Ok(())
 }
 
-/// Symbols of the block's sections moved by `delta` (what refers to them
-/// otherwise, [`room::referenced`] has found nothing of).
+/// Symbols in the block moved by `delta` (what refers to them otherwise,
+/// [`room::referenced`] has found nothing of).
 fn move_block_symbols(
     patches: &mut Patches,
     data: &[u8],
@@ -1065,8 +1065,10 @@ fn move_block_symbols(
             return Err(unsafe_("a symbol table cannot be read"));
         };
         for (i, sym) in syms.iter().enumerate() {
-            let shndx = sym.st_shndx(endian);
-            if shndx < elf::SHN_LORESERVE && block.sections.contains(&usize::from(shndx)) {
+            // By value: a linker may name a section for a symbol outside
+            // it (lld's `__preinit_array_end` in `.note.ABI-tag`, at the
+            // ELF header), which stays.
+            if block.holds(sym.st_value(endian)) {
                 let at = s.sh_offset(endian) + i as u64 * 24 + 8;
                 patches.u64(at, sym.st_value(endian).wrapping_add(delta));
             }

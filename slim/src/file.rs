@@ -742,7 +742,13 @@ fn write_verified(
         .apply(temp.file(), strictness)
         .map_err(|e| e.to_string())?;
     temp.file().sync_all().map_err(io)?;
-    let verified = verify(&temp.path(), output, expected, options);
+    let verified = verify(
+        &temp.path(),
+        source.input.map().bytes(),
+        output,
+        expected,
+        options,
+    );
     // A change to the input explains a failed verification first.
     source
         .input
@@ -771,6 +777,7 @@ fn write_verified(
 /// hold what `expected` says, and every device must select the same images.
 fn verify(
     written: &Path,
+    original: &[u8],
     output: &crate::Output<'_>,
     expected: &Expected<'_, '_>,
     options: &Options,
@@ -788,7 +795,23 @@ fn verify(
         &new_sections,
         &options.limits,
     )
-    .and_then(|pairs| same_selections(expected.chosen, &pairs, &new_sections, &options.devices))
+    .and_then(|pairs| {
+        same_selections(expected.chosen, &pairs, &new_sections, &options.devices)?;
+        // Outside the GPU code: loads as the original did.
+        let mut kept: Vec<crate::compare::Kept> = pairs
+            .iter()
+            .map(|(&(old, _), &(new, _))| crate::compare::Kept { old, new })
+            .collect();
+        kept.dedup_by_key(|k| k.old);
+        crate::compare::same_behaviour(
+            original,
+            expected.sections,
+            written.bytes(),
+            &new_sections,
+            &kept,
+        )
+        .map_err(|e| format!("the result does not load as the original: {e}"))
+    })
     .map_err(|e| format!("verification failed: {e}; nothing written"))
 }
 
@@ -838,6 +861,128 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    /// A linked program: ld.bfd's PIE with three bundles in `.hip_fatbin`
+    /// (the fuzz seed; its first byte is the fuzzer's mask).
+    const PROGRAM: &[u8] = include_bytes!("../../fuzz/corpus/slim_elf/x86_64-seed-pie");
+
+    /// A compacted program that would load differently outside its GPU code
+    /// is refused by the comparison with the original: a byte of code, a
+    /// pointer's relocation, the entry point, a segment's permissions, a
+    /// symbol, a program header; the right result passes.
+    #[test]
+    fn a_program_that_would_load_differently_is_not_written() {
+        use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
+        let dir = scratch("verify-elf");
+        let path = dir.join("app");
+        fs::write(&path, &PROGRAM[1..]).unwrap();
+        let options = options();
+        let out = dir.join("out");
+        let right = out.join("right");
+        let report = slim_file(&path, &options, &Destination::To(right.clone()));
+        assert!(report.written, "{:?}", report.error);
+        assert!(report.after + 4096 <= report.before, "not compacted");
+
+        let result = fs::read(&right).unwrap();
+        let header = object::elf::FileHeader64::<object::LittleEndian>::parse(&*result).unwrap();
+        let e = object::LittleEndian;
+        let shdrs = header.section_headers(e, &*result).unwrap();
+        let strings = header.section_strings(e, &*result, shdrs).unwrap();
+        let section = |name: &str| {
+            shdrs
+                .iter()
+                .find(|s| s.name(e, strings).unwrap() == name.as_bytes())
+                .unwrap()
+        };
+        let phdrs = header.program_headers(e, &*result).unwrap();
+        let mut cases: Vec<(Vec<u8>, &str)> = Vec::new();
+        let with = |at: u64, bytes: &[u8]| {
+            let mut v = result.clone();
+            v[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
+            v
+        };
+        // One byte of code.
+        let text = section(".text").sh_offset(e);
+        cases.push((
+            with(text + 3, &[result[text as usize + 3] ^ 0x40]),
+            "differs",
+        ));
+        // The wrapper's relocation points 8 bytes further.
+        let rela = section(".rela.dyn");
+        let relas: &[object::elf::Rela64<object::LittleEndian>] =
+            rela.data_as_array(e, &*result).unwrap();
+        let wrapper = section(".hipFatBinSegment").sh_addr(e) + 8;
+        let i = relas
+            .iter()
+            .position(|r| r.r_offset.get(e) == wrapper)
+            .unwrap();
+        let at = rela.sh_offset(e) + i as u64 * 24 + 16;
+        let addend = relas[i].r_addend.get(e) as u64 + 8;
+        cases.push((with(at, &addend.to_le_bytes()), "relocation"));
+        // The entry point.
+        let entry = header.e_entry(e) + 4;
+        cases.push((with(0x18, &entry.to_le_bytes()), "entry point"));
+        // The code segment made writable.
+        let code = phdrs
+            .iter()
+            .position(|p| p.p_flags(e) & object::elf::PF_X != 0)
+            .unwrap() as u64;
+        let flags = object::elf::PF_R | object::elf::PF_W | object::elf::PF_X;
+        cases.push((
+            with(header.e_phoff(e) + code * 56 + 4, &flags.to_le_bytes()),
+            "permissions",
+        ));
+        // A symbol's value.
+        let symtab = section(".dynsym");
+        let value_at = symtab.sh_offset(e) + 24 + 8;
+        let value = u64::from_le_bytes(result[value_at as usize..][..8].try_into().unwrap());
+        cases.push((with(value_at, &(value + 1).to_le_bytes()), "symbol"));
+        // Where the unwinder finds its table.
+        let eh = phdrs
+            .iter()
+            .position(|p| p.p_type(e) == object::elf::PT_GNU_EH_FRAME)
+            .unwrap() as u64;
+        let vaddr = phdrs[eh as usize].p_vaddr(e) + 4;
+        cases.push((
+            with(header.e_phoff(e) + eh * 56 + 16, &vaddr.to_le_bytes()),
+            "program header",
+        ));
+
+        let file = MappedFile::open(&path).unwrap();
+        let sections = file.containers(&options.limits).unwrap();
+        let plan = choose(&sections, &options);
+        let expected = Expected {
+            sections: &sections,
+            chosen: &plan.chosen,
+            containers: &report.containers,
+        };
+        let input = Input::open(&path).unwrap();
+        let guard = guard::register(input.map().bytes());
+        let source = Source {
+            input: &input,
+            guard: &guard,
+        };
+        let attempt = |bytes: &[u8]| {
+            let target = out.join("wrong");
+            write_verified(
+                &target,
+                &source,
+                &crate::Output::whole(bytes),
+                &expected,
+                &options,
+                &Destination::To(target.clone()),
+            )
+        };
+        for (bytes, why) in cases {
+            let err = attempt(&bytes).unwrap_err();
+            assert!(
+                err.contains("does not load as the original") && err.contains(why),
+                "{why}: {err}"
+            );
+            assert_eq!(listing(&out), ["right"]);
+        }
+        assert!(attempt(&result).is_ok());
     }
 
     /// A result in which the device would load other bytes, or nothing, is

@@ -17,6 +17,7 @@
 //! place).
 
 mod archive;
+mod compare;
 mod container;
 mod elf;
 mod file;
