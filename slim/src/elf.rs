@@ -267,83 +267,214 @@ fn relocate(
 /// bytes at file `offset` replaced by `containers`, packed from its start at
 /// the section's alignment; `Ok(None)` when that frees no whole page (nothing
 /// to gain).
+///
+/// In three steps: the plan ([`Map`]: where each container goes;
+/// [`Layout`]: where the segments, the program header table and what is
+/// in its way go), the patches every reference into the moving bytes needs
+/// (or the reason there is one that cannot be patched), and the bytes
+/// written from both. The result is checked against the original by code
+/// that shares none of this (`compare`).
 pub fn compact<'a>(
     data: &'a [u8],
     offset: u64,
     size: u64,
     containers: &mut [Placed<'a>],
 ) -> Result<Option<Output<'a>>, Unsafe> {
-    let bad = |e: object::Error| unsafe_(format!("its ELF headers cannot be read: {e}"));
-    let header = Header::parse(data).map_err(bad)?;
-    let endian = header.endian().map_err(bad)?;
-    let machine = header.e_machine(endian);
-    let kind = header.e_type(endian);
-    let shdrs = header.section_headers(endian, data).map_err(bad)?;
-    let phdrs = header.program_headers(endian, data).map_err(bad)?;
-    let index = shdrs
-        .iter()
-        .position(|s| {
-            s.sh_offset(endian) == offset
-                && s.sh_size(endian) == size
-                && s.sh_type(endian) != elf::SHT_NOBITS
-        })
-        .ok_or_else(|| unsafe_("the offload section is not in the section table"))?;
-    let section = &shdrs[index];
-    let addr = section.sh_addr(endian);
-    let align = section.sh_addralign(endian);
-    let alloc = section.sh_flags(endian) & u64::from(elf::SHF_ALLOC) != 0;
-
-    // The new section: containers packed, each at the section's alignment
-    // (its bytes are taken from `containers` only once the file is known
-    // to be safe to compact: see [`packed`]).
-    let align = align.clamp(1, PAGE);
-    let mut new_size = 0u64;
-    let mut moves = Vec::new();
-    let mut removed: Vec<(u64, u64)> = Vec::new();
-    for c in containers.iter() {
-        if c.output.is_empty() {
-            removed.push((c.old, c.old_len));
-            continue;
-        }
-        let at = new_size.next_multiple_of(align);
-        moves.push((c.old, c.old_len, at, c.output.len(), c.same));
-        new_size = at + c.output.len();
-    }
-    if new_size >= size {
+    let t = Target::parse(data, offset, size)?;
+    let Some(map) = Map::plan(&t, containers) else {
         return Ok(None);
-    }
-    let shared_end = kind != elf::ET_REL
-        && shdrs.iter().enumerate().any(|(i, s)| {
-            i != index
-                && s.sh_flags(endian) & u64::from(elf::SHF_ALLOC) != 0
-                && s.sh_size(endian) > 0
-                && Some(s.sh_addr(endian)) == addr.checked_add(size)
-        });
-    let map = Map {
-        moves,
-        removed: removed.clone(),
-        old_size: size,
-        new_size,
-        shared_end,
     };
-    // Whether section offset `at` lies in a container that goes.
-    let gone = |at: u64| {
-        removed
+    if t.kind == elf::ET_REL || !t.alloc {
+        return compact_unloaded(&t, &map, containers);
+    }
+    let Some(layout) = Layout::plan(&t, &map)? else {
+        return Ok(None);
+    };
+    let mut patches = Patches::default();
+    patches.put(t.phoff, &program_header_table(&t, &map, &layout)?);
+    if layout.split {
+        patches.u16(0x38, (t.phnum + 1) as u16);
+    }
+    patch_sections(
+        &mut patches,
+        t.shdrs,
+        t.endian,
+        t.shoff,
+        t.shentsize,
+        t.index,
+        map.new_size,
+        layout.cut,
+        layout.shift,
+    )?;
+    patch_references(&t, &map, &mut patches)?;
+    patch_symbols(
+        &mut patches,
+        data,
+        t.shdrs,
+        t.endian,
+        t.index,
+        t.addr,
+        &|v, b, p| map.remap_as(v, b, p),
+        size,
+        map.new_size,
+        &|at| map.gone(at),
+    )?;
+    if let Some((block, to)) = &layout.block {
+        move_block(&t, &layout, block, *to, &mut patches)?;
+    }
+    Ok(Some(write_loaded(&t, &layout, &patches, containers)))
+}
+
+/// The file and its offload section, as the patcher reads them.
+struct Target<'a> {
+    data: &'a [u8],
+    endian: LE,
+    machine: u16,
+    kind: u16,
+    shdrs: &'a [elf::SectionHeader64<LE>],
+    phdrs: &'a [elf::ProgramHeader64<LE>],
+    names: Option<object::read::StringTable<'a>>,
+    /// The program header table: offset, entries; the section header
+    /// table: offset, entry size.
+    phoff: u64,
+    phnum: u64,
+    shoff: u64,
+    shentsize: u64,
+    /// The offload section: index, file offset, size, address, alignment,
+    /// whether it is loaded.
+    index: usize,
+    offset: u64,
+    size: u64,
+    addr: u64,
+    align: u64,
+    alloc: bool,
+}
+
+impl<'a> Target<'a> {
+    fn parse(data: &'a [u8], offset: u64, size: u64) -> Result<Target<'a>, Unsafe> {
+        let bad = |e: object::Error| unsafe_(format!("its ELF headers cannot be read: {e}"));
+        let header = Header::parse(data).map_err(bad)?;
+        let endian = header.endian().map_err(bad)?;
+        let shdrs = header.section_headers(endian, data).map_err(bad)?;
+        let phdrs = header.program_headers(endian, data).map_err(bad)?;
+        let index = shdrs
+            .iter()
+            .position(|s| {
+                s.sh_offset(endian) == offset
+                    && s.sh_size(endian) == size
+                    && s.sh_type(endian) != elf::SHT_NOBITS
+            })
+            .ok_or_else(|| unsafe_("the offload section is not in the section table"))?;
+        let section = &shdrs[index];
+        Ok(Target {
+            data,
+            endian,
+            machine: header.e_machine(endian),
+            kind: header.e_type(endian),
+            shdrs,
+            phdrs,
+            names: header.section_strings(endian, data, shdrs).ok(),
+            phoff: header.e_phoff(endian),
+            phnum: u64::from(header.e_phnum(endian)),
+            shoff: header.e_shoff(endian),
+            shentsize: u64::from(header.e_shentsize(endian)),
+            index,
+            offset,
+            size,
+            addr: section.sh_addr(endian),
+            align: section.sh_addralign(endian).clamp(1, PAGE),
+            alloc: section.sh_flags(endian) & u64::from(elf::SHF_ALLOC) != 0,
+        })
+    }
+
+    /// The file offset of the 8 bytes at address `vaddr`, if loaded from the file.
+    fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        let e = self.endian;
+        self.phdrs.iter().find_map(|p| {
+            (p.p_type(e) == elf::PT_LOAD
+                && vaddr >= p.p_vaddr(e)
+                && vaddr.saturating_add(8) <= p.p_vaddr(e).saturating_add(p.p_filesz(e)))
+            .then(|| p.p_offset(e) + (vaddr - p.p_vaddr(e)))
+        })
+    }
+
+    /// The 8-byte word at file offset `at`.
+    fn word(&self, at: u64) -> Option<u64> {
+        self.data
+            .get(at as usize..(at as usize).checked_add(8)?)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+    }
+
+    /// The scan for references no relocation describes.
+    fn scan(&self) -> refs::Scan<'a> {
+        refs::Scan {
+            data: self.data,
+            shdrs: self.shdrs,
+            endian: self.endian,
+            machine: self.machine,
+            fixed: self.kind == elf::ET_EXEC,
+            index: self.index,
+        }
+    }
+}
+
+impl Map {
+    /// Where each container goes: packed from the section's start at its
+    /// alignment; `None` when the section would not shrink.
+    fn plan(t: &Target<'_>, containers: &[Placed<'_>]) -> Option<Map> {
+        let mut new_size = 0u64;
+        let mut moves = Vec::new();
+        let mut removed = Vec::new();
+        for c in containers {
+            if c.output.is_empty() {
+                removed.push((c.old, c.old_len));
+                continue;
+            }
+            let at = new_size.next_multiple_of(t.align);
+            moves.push((c.old, c.old_len, at, c.output.len(), c.same));
+            new_size = at + c.output.len();
+        }
+        if new_size >= t.size {
+            return None;
+        }
+        let e = t.endian;
+        let shared_end = t.kind != elf::ET_REL
+            && t.shdrs.iter().enumerate().any(|(i, s)| {
+                i != t.index
+                    && s.sh_flags(e) & u64::from(elf::SHF_ALLOC) != 0
+                    && s.sh_size(e) > 0
+                    && Some(s.sh_addr(e)) == t.addr.checked_add(t.size)
+            });
+        Some(Map {
+            moves,
+            removed,
+            old_size: t.size,
+            new_size,
+            shared_end,
+        })
+    }
+
+    /// Whether section offset `at` lies in a container that goes.
+    fn gone(&self, at: u64) -> bool {
+        self.removed
             .iter()
             .any(|&(old, len)| at >= old && at - old < len)
-    };
-    // An address (or section offset, for objects) into the section, moved.
-    let remap_as = |value: u64, base: u64, point: Point| -> Result<Option<u64>, Unsafe> {
-        if value < base || value - base > size {
+    }
+
+    /// An address (or section offset, for objects: `base` 0) into the
+    /// section, moved; `None` for one outside it; an error for one that has
+    /// no place in the result.
+    fn remap_as(&self, value: u64, base: u64, point: Point) -> Result<Option<u64>, Unsafe> {
+        if value < base || value - base > self.old_size {
             return Ok(None);
         }
         // The section's end is where the next section starts: a pointer of
         // unknown kind there is that section's, which keeps its address (a
         // function at the start of `.text` right after `.nv_fatbin`).
-        if value - base == size && shared_end && point == Point::Unknown {
+        if value - base == self.old_size && self.shared_end && point == Point::Unknown {
             return Ok(None);
         }
-        map.map(value - base, point)
+        self.map(value - base, point)
             .map(|v| Some(base + v))
             .ok_or_else(|| Unsafe {
                 why: format!(
@@ -351,332 +482,388 @@ pub fn compact<'a>(
                 ),
                 in_place: false,
             })
-    };
-    let remap = |value: u64, base: u64| remap_as(value, base, Point::Unknown);
+    }
 
+    fn remap(&self, value: u64, base: u64) -> Result<Option<u64>, Unsafe> {
+        self.remap_as(value, base, Point::Unknown)
+    }
+}
+
+/// A relocatable object, or a section that is not loaded: only file offsets
+/// move (the sections after this one, by the freed bytes rounded down to
+/// their largest alignment), and an object's section-relative symbols and
+/// relocations against the section.
+fn compact_unloaded<'a>(
+    t: &Target<'a>,
+    map: &Map,
+    containers: &mut [Placed<'a>],
+) -> Result<Option<Output<'a>>, Unsafe> {
+    let e = t.endian;
+    let cut = t.offset + t.size;
+    let later_align = t
+        .shdrs
+        .iter()
+        .filter(|s| s.sh_offset(e) >= cut && s.sh_type(e) != elf::SHT_NOBITS)
+        .map(|s| s.sh_addralign(e).max(1))
+        .chain([8])
+        .max()
+        .unwrap_or(8);
+    if t.phdrs
+        .iter()
+        .any(|p| p.p_type(e) == elf::PT_LOAD && p.p_offset(e).saturating_add(p.p_filesz(e)) > cut)
+    {
+        return Err(unsafe_(
+            "loaded segments follow a section that is not loaded",
+        ));
+    }
+    let shift = ((t.size - map.new_size) / later_align) * later_align;
+    if shift == 0 {
+        return Ok(None);
+    }
     let mut patches = Patches::default();
+    patch_sections(
+        &mut patches,
+        t.shdrs,
+        e,
+        t.shoff,
+        t.shentsize,
+        t.index,
+        map.new_size,
+        cut,
+        shift,
+    )?;
+    let remap_as = |v, b, p| map.remap_as(v, b, p);
+    // Relocations and symbols of an object: section-relative.
+    let base = if t.kind == elf::ET_REL { 0 } else { t.addr };
+    patch_symbols(
+        &mut patches,
+        t.data,
+        t.shdrs,
+        e,
+        t.index,
+        base,
+        &remap_as,
+        t.size,
+        map.new_size,
+        &|at| map.gone(at),
+    )?;
+    if t.kind == elf::ET_REL {
+        patch_object_relocations(&mut patches, t.data, t.shdrs, e, t.index, &remap_as)?;
+    }
     let mut out = Output::default();
-    let shoff = header.e_shoff(endian);
-    let shentsize = u64::from(header.e_shentsize(endian));
+    patches.copy(t.data, 0, t.offset, &mut out);
+    out.extend(packed(containers, t.align));
+    out.pad_to(cut - shift);
+    patches.copy(t.data, cut, t.data.len() as u64, &mut out);
+    Ok(Some(out))
+}
 
-    if kind == elf::ET_REL || !alloc {
-        // Only file offsets move: the sections after this one, by the freed
-        // bytes rounded down to their largest alignment.
-        let cut = offset + size;
-        let later_align = shdrs
+/// Where a loaded file's pieces go: the section's segment ends with the
+/// kept containers (and the sections moved out of the program header
+/// table's way); what followed the section in it becomes a segment of its
+/// own at its addresses; the file from `cut` on moves back by `shift`.
+struct Layout {
+    /// The segment holding the section: its index, address, file offset,
+    /// sizes in the file and in memory, flags.
+    load: usize,
+    lv: u64,
+    lo: u64,
+    lf: u64,
+    lm: u64,
+    flags: u32,
+    /// Whether what follows the section in its segment becomes a segment of
+    /// its own.
+    split: bool,
+    /// The sections in the program header table's way, and their new address.
+    block: Option<(room::Block, u64)>,
+    /// Where the first part of the segment ends.
+    seg1_end: u64,
+    /// Where the second part starts, in the original file and in memory.
+    cut: u64,
+    v2: u64,
+    /// How far back everything from `cut` on moves in the file.
+    shift: u64,
+    /// The original's code, by address: where a part keeps execute.
+    code: Vec<(u64, u64)>,
+}
+
+impl Layout {
+    /// The layout of the compacted file; `None` when it frees no page.
+    fn plan(t: &Target<'_>, map: &Map) -> Result<Option<Layout>, Unsafe> {
+        let e = t.endian;
+        let (offset, size, addr) = (t.offset, t.size, t.addr);
+        let load = t
+            .phdrs
             .iter()
-            .filter(|s| s.sh_offset(endian) >= cut && s.sh_type(endian) != elf::SHT_NOBITS)
-            .map(|s| s.sh_addralign(endian).max(1))
-            .chain([8])
-            .max()
-            .unwrap_or(8);
-        if phdrs.iter().any(|p| {
-            p.p_type(endian) == elf::PT_LOAD
-                && p.p_offset(endian).saturating_add(p.p_filesz(endian)) > cut
-        }) {
+            .position(|p| {
+                p.p_type(e) == elf::PT_LOAD
+                    && p.p_offset(e) <= offset
+                    && offset.saturating_add(size) <= p.p_offset(e).saturating_add(p.p_filesz(e))
+            })
+            .ok_or_else(|| unsafe_("the offload section is in no loaded segment"))?;
+        let seg = &t.phdrs[load];
+        let (lv, lo, lf, lm) = (
+            seg.p_vaddr(e),
+            seg.p_offset(e),
+            seg.p_filesz(e),
+            seg.p_memsz(e),
+        );
+        if lv.wrapping_sub(lo) != addr.wrapping_sub(offset) {
             return Err(unsafe_(
-                "loaded segments follow a section that is not loaded",
+                "the section's address and offset disagree with its segment's",
             ));
         }
-        let shift = ((size - new_size) / later_align) * later_align;
+        let page = seg.p_align(e).clamp(PAGE, 1 << 21);
+        // Offsets after the cut move by a multiple of every later segment's
+        // alignment, so each stays congruent to its address.
+        let step = t
+            .phdrs
+            .iter()
+            .filter(|p| p.p_type(e) == elf::PT_LOAD && p.p_offset(e) > offset)
+            .map(|p| p.p_align(e).max(1))
+            .chain([page])
+            .max()
+            .unwrap_or(page);
+        if lv.checked_add(lm).is_none() || addr.checked_add(size).is_none() {
+            return Err(unsafe_("the section's segment runs past the end of memory"));
+        }
+        if lm < lf {
+            return Err(unsafe_(
+                "the section's segment is smaller in memory than in the file",
+            ));
+        }
+        // Other machines' relocations are not read: nothing may point in unseen.
+        if relative_type(t.machine).is_none()
+            && t.shdrs.iter().any(|s| {
+                matches!(s.sh_type(e), elf::SHT_RELA | elf::SHT_REL | elf::SHT_RELR)
+                    && s.sh_size(e) > 0
+            })
+        {
+            return Err(unsafe_(format!(
+                "the relocations of machine {} are not rewritten",
+                t.machine
+            )));
+        }
+        let split = lv.saturating_add(lm) > addr.saturating_add(size);
+        // The program header table: one more entry when the segment splits,
+        // in place, where binutils and elfutils look for it.
+        let table_end = t.phoff.saturating_add(t.phnum * PHDR_SIZE);
+        if table_end > offset || t.phnum + 1 > u64::from(u16::MAX) {
+            return Err(unsafe_(
+                "the program header table does not lie before the section",
+            ));
+        }
+        if t.phoff < offset + size && table_end > offset {
+            return Err(unsafe_(
+                "the program header table lies in the bytes that change",
+            ));
+        }
+        let block = if split && !room_after(t, table_end) {
+            // No room: the sections in the table's way move to the freed bytes.
+            let b = room::block(t.data, t.shdrs, t.phdrs, e, table_end)?;
+            if b.offset + b.len > offset {
+                return Err(unsafe_(
+                    "the sections in the program header table's way reach the offload section",
+                ));
+            }
+            Some(b)
+        } else {
+            None
+        };
+        let kept_end = addr + map.new_size;
+        // Where the block goes: after the kept containers, at an address
+        // congruent to its own modulo its alignment.
+        let block = match block {
+            Some(b) if kept_end > b.addr => {
+                let to = (kept_end - b.addr)
+                    .checked_next_multiple_of(b.align)
+                    .and_then(|d| b.addr.checked_add(d))
+                    .filter(|n| n.checked_add(b.len).is_some_and(|end| end <= lv + lm))
+                    .ok_or_else(|| {
+                        unsafe_("the sections in the program header table's way do not fit after the kept containers")
+                    })?;
+                Some((b, to))
+            }
+            Some(_) => {
+                return Err(unsafe_(
+                    "the sections in the program header table's way lie after the offload section",
+                ))
+            }
+            None => None,
+        };
+        let seg1_end = block.as_ref().map_or(kept_end, |(b, to)| to + b.len);
+        let (cut, v2) = if split {
+            let v2 = (addr + size) / page * page;
+            if v2 <= lv {
+                return Ok(None);
+            }
+            (lo + (v2 - lv), v2)
+        } else {
+            (offset + size, addr + size)
+        };
+        let free = if split {
+            v2.saturating_sub(seg1_end.next_multiple_of(page))
+        } else {
+            (addr + size).saturating_sub(seg1_end)
+        };
+        let shift = free / step * step;
         if shift == 0 {
             return Ok(None);
         }
-        patch_sections(
-            &mut patches,
-            shdrs,
-            endian,
-            shoff,
-            shentsize,
-            index,
-            new_size,
+        let code = t
+            .shdrs
+            .iter()
+            .filter(|s| s.sh_flags(e) & u64::from(elf::SHF_EXECINSTR) != 0)
+            .map(|s| (s.sh_addr(e), s.sh_addr(e).saturating_add(s.sh_size(e))))
+            .collect();
+        Ok(Some(Layout {
+            load,
+            lv,
+            lo,
+            lf,
+            lm,
+            flags: seg.p_flags(e),
+            split,
+            block,
+            seg1_end,
             cut,
+            v2,
             shift,
-        )?;
-        // Relocations and symbols of an object: section-relative.
-        let base = if kind == elf::ET_REL { 0 } else { addr };
-        patch_symbols(
-            &mut patches,
-            data,
-            shdrs,
-            endian,
-            index,
-            base,
-            &remap_as,
-            size,
-            new_size,
-            &gone,
-        )?;
-        if kind == elf::ET_REL {
-            patch_object_relocations(&mut patches, data, shdrs, endian, index, &remap_as)?;
-        }
-        patches.copy(data, 0, offset, &mut out);
-        out.extend(packed(containers, align));
-        out.pad_to(cut - shift);
-        patches.copy(data, cut, data.len() as u64, &mut out);
-        return Ok(Some(out));
+            code,
+        }))
     }
 
-    // A shared object or executable: the segment that holds the section.
-    let load = phdrs
+    /// The flags of the part of the split segment from `from` to `to`: the
+    /// segment's, but a part that holds no code is not executable (the
+    /// segment held `.text` beside the section).
+    fn flags(&self, from: u64, to: u64) -> u32 {
+        let code = self.code.iter().any(|&(s, e)| s < to && e > from);
+        if self.split && !code {
+            self.flags & !elf::PF_X
+        } else {
+            self.flags
+        }
+    }
+
+    /// Where the block's bytes go in the file.
+    fn block_offset(&self, to: u64) -> u64 {
+        self.lo.wrapping_add(to - self.lv)
+    }
+}
+
+/// Whether the program header table, ending at `table_end`, has room for
+/// one more entry before what follows it: the first section, the section
+/// header table or the first segment content after it.
+fn room_after(t: &Target<'_>, table_end: u64) -> bool {
+    let e = t.endian;
+    let first = t
+        .shdrs
         .iter()
-        .position(|p| {
-            p.p_type(endian) == elf::PT_LOAD
-                && p.p_offset(endian) <= offset
-                && offset.saturating_add(size)
-                    <= p.p_offset(endian).saturating_add(p.p_filesz(endian))
-        })
-        .ok_or_else(|| unsafe_("the offload section is in no loaded segment"))?;
-    let seg = &phdrs[load];
-    let (lv, lo, lf, lm) = (
-        seg.p_vaddr(endian),
-        seg.p_offset(endian),
-        seg.p_filesz(endian),
-        seg.p_memsz(endian),
-    );
-    if lv.wrapping_sub(lo) != addr.wrapping_sub(offset) {
-        return Err(unsafe_(
-            "the section's address and offset disagree with its segment's",
-        ));
-    }
-    let page = seg.p_align(endian).clamp(PAGE, 1 << 21);
-    // Offsets after the cut move by a multiple of every later segment's
-    // alignment, so each stays congruent to its address.
-    let step = phdrs
-        .iter()
-        .filter(|p| p.p_type(endian) == elf::PT_LOAD && p.p_offset(endian) > offset)
-        .map(|p| p.p_align(endian).max(1))
-        .chain([page])
-        .max()
-        .unwrap_or(page);
-    if lv.checked_add(lm).is_none() || addr.checked_add(size).is_none() {
-        return Err(unsafe_("the section's segment runs past the end of memory"));
-    }
-    if lm < lf {
-        return Err(unsafe_(
-            "the section's segment is smaller in memory than in the file",
-        ));
-    }
-    // Other machines' relocations are not read: nothing may point in unseen.
-    if relative_type(machine).is_none()
-        && shdrs.iter().any(|s| {
-            matches!(
-                s.sh_type(endian),
-                elf::SHT_RELA | elf::SHT_REL | elf::SHT_RELR
-            ) && s.sh_size(endian) > 0
-        })
-    {
-        return Err(unsafe_(format!(
-            "the relocations of machine {machine} are not rewritten"
-        )));
-    }
-    let tail = lv
-        .saturating_add(lm)
-        .saturating_sub(addr.saturating_add(size));
-    let split = tail > 0;
-    // The program header table: one more entry when the segment splits. It
-    // must lie before the section (it is rewritten in place or moved there).
-    let phoff = header.e_phoff(endian);
-    let phnum = u64::from(header.e_phnum(endian));
-    let table_end = phoff.saturating_add(phnum * PHDR_SIZE);
-    if table_end > offset || phnum + 1 > u64::from(u16::MAX) {
-        return Err(unsafe_(
-            "the program header table does not lie before the section",
-        ));
-    }
-    // What follows the table: the first section, the section header table or
-    // the first segment content after it.
-    let first_content = shdrs
-        .iter()
-        .filter(|s| s.sh_type(endian) != elf::SHT_NULL)
-        .map(|s| s.sh_offset(endian))
-        .chain([header.e_shoff(endian)])
+        .filter(|s| s.sh_type(e) != elf::SHT_NULL)
+        .map(|s| s.sh_offset(e))
+        .chain([t.shoff])
         .chain(
-            phdrs
+            t.phdrs
                 .iter()
-                .filter(|p| p.p_filesz(endian) > 0 && p.p_offset(endian) > 0)
-                .map(|p| p.p_offset(endian)),
+                .filter(|p| p.p_filesz(e) > 0 && p.p_offset(e) > 0)
+                .map(|p| p.p_offset(e)),
         )
         .filter(|&o| o >= table_end)
         .min()
         .unwrap_or(u64::MAX);
-    let room = split && first_content - table_end >= PHDR_SIZE;
-    // No room: the sections in the table's way move to the freed bytes.
-    let block = if split && !room {
-        let b = room::block(data, shdrs, phdrs, endian, table_end)?;
-        if b.offset + b.len > offset {
-            return Err(unsafe_(
-                "the sections in the program header table's way reach the offload section",
-            ));
-        }
-        Some(b)
-    } else {
-        None
-    };
-    let kept_end = addr + new_size;
-    // Where the block goes: after the kept containers, at an address
-    // congruent to its own modulo its alignment.
-    let moved_to = match &block {
-        Some(b) if kept_end > b.addr => Some(
-            (kept_end - b.addr)
-                .checked_next_multiple_of(b.align)
-                .and_then(|d| b.addr.checked_add(d))
-                .filter(|n| n.checked_add(b.len).is_some_and(|e| e <= lv.saturating_add(lm)))
-                .ok_or_else(|| unsafe_("the sections in the program header table's way do not fit after the kept containers"))?,
-        ),
-        Some(_) => return Err(unsafe_("the sections in the program header table's way lie after the offload section")),
-        None => None,
-    };
-    let seg1_end = match (&block, moved_to) {
-        (Some(b), Some(n)) => n + b.len,
-        _ => kept_end,
-    };
-    let (cut, v2) = if split {
-        let v2 = (addr + size) / page * page;
-        if v2 <= lv {
-            return Ok(None);
-        }
-        (lo + (v2 - lv), v2)
-    } else {
-        (offset + size, addr + size)
-    };
-    let free = if split {
-        v2.saturating_sub(seg1_end.next_multiple_of(page))
-    } else {
-        (addr + size).saturating_sub(seg1_end)
-    };
-    let shift = free / step * step;
-    if shift == 0 {
-        return Ok(None);
-    }
+    first - table_end >= PHDR_SIZE
+}
 
-    // A part of the split segment that holds no code is not executable (its
-    // flags are the segment's, which held `.text` beside the section).
-    let code_in = |from: u64, to: u64| {
-        shdrs.iter().any(|s| {
-            s.sh_flags(endian) & u64::from(elf::SHF_EXECINSTR) != 0
-                && s.sh_addr(endian) < to
-                && s.sh_addr(endian).saturating_add(s.sh_size(endian)) > from
-        })
-    };
-    let flags_for = |from: u64, to: u64| {
-        let flags = seg.p_flags(endian);
-        if split && !code_in(from, to) {
-            flags & !elf::PF_X
-        } else {
-            flags
-        }
-    };
-
-    if phoff < cut && phoff + phnum * PHDR_SIZE > offset {
-        return Err(unsafe_(
-            "the program header table lies in the bytes that change",
-        ));
-    }
-
-    // Program headers.
-    let mut table = Vec::with_capacity(((phnum + 1) * PHDR_SIZE) as usize);
-    for (i, p) in phdrs.iter().enumerate() {
+/// The new program header table: the section's segment cut to its first
+/// part, the second part after it, the headers of the block moved with it,
+/// `PT_PHDR` one entry longer, every offset after the cut moved back.
+fn program_header_table(t: &Target<'_>, map: &Map, l: &Layout) -> Result<Vec<u8>, Unsafe> {
+    let e = t.endian;
+    let mut table = Vec::with_capacity(((t.phnum + 1) * PHDR_SIZE) as usize);
+    for (i, p) in t.phdrs.iter().enumerate() {
         let mut h = *p;
-        let (ty, off, filesz) = (p.p_type(endian), p.p_offset(endian), p.p_filesz(endian));
-        if i == load {
-            h.p_filesz.set(endian, seg1_end - lv);
-            h.p_memsz.set(endian, seg1_end - lv);
-            h.p_flags.set(endian, flags_for(lv, seg1_end));
+        let (ty, off, filesz) = (p.p_type(e), p.p_offset(e), p.p_filesz(e));
+        if i == l.load {
+            h.p_filesz.set(e, l.seg1_end - l.lv);
+            h.p_memsz.set(e, l.seg1_end - l.lv);
+            h.p_flags.set(e, l.flags(l.lv, l.seg1_end));
             table.extend_from_slice(object::bytes_of(&h));
-            if split {
+            if l.split {
                 let mut second = *p;
-                second.p_offset.set(endian, cut - shift);
-                second.p_vaddr.set(endian, v2);
-                second.p_paddr.set(endian, v2);
-                second.p_filesz.set(endian, lv + lf - v2);
-                second.p_memsz.set(endian, lv + lm - v2);
-                second.p_flags.set(endian, flags_for(v2, lv + lm));
+                second.p_offset.set(e, l.cut - l.shift);
+                second.p_vaddr.set(e, l.v2);
+                second.p_paddr.set(e, l.v2);
+                second.p_filesz.set(e, l.lv + l.lf - l.v2);
+                second.p_memsz.set(e, l.lv + l.lm - l.v2);
+                second.p_flags.set(e, l.flags(l.v2, l.lv + l.lm));
                 table.extend_from_slice(object::bytes_of(&second));
             }
             continue;
         }
-        let in_block = block.as_ref().zip(moved_to).filter(|(b, _)| {
+        let in_block = l.block.as_ref().filter(|(b, _)| {
             ty != elf::PT_LOAD
                 && filesz > 0
                 && off >= b.offset
                 && off
                     .checked_add(filesz)
-                    .is_some_and(|e| e <= b.offset + b.len)
+                    .is_some_and(|end| end <= b.offset + b.len)
         });
         if ty == elf::PT_PHDR {
-            if split {
-                h.p_filesz.set(endian, (phnum + 1) * PHDR_SIZE);
-                h.p_memsz.set(endian, (phnum + 1) * PHDR_SIZE);
+            if l.split {
+                h.p_filesz.set(e, (t.phnum + 1) * PHDR_SIZE);
+                h.p_memsz.set(e, (t.phnum + 1) * PHDR_SIZE);
             }
-        } else if let Some((b, n)) = in_block {
+        } else if let Some((b, to)) = in_block {
             // A note or the interpreter's name, moved with its sections.
-            let new_off = lo.wrapping_add(n - lv).wrapping_add(off - b.offset);
-            let new_addr = n.wrapping_add(off - b.offset);
-            h.p_offset.set(endian, new_off);
-            h.p_vaddr.set(endian, new_addr);
-            h.p_paddr.set(endian, new_addr);
-        } else if off >= cut {
-            h.p_offset.set(endian, off - shift);
-        } else if filesz > 0 && off + filesz > offset + new_size && off < cut {
+            let new_addr = to.wrapping_add(off - b.offset);
+            h.p_offset
+                .set(e, l.block_offset(*to).wrapping_add(off - b.offset));
+            h.p_vaddr.set(e, new_addr);
+            h.p_paddr.set(e, new_addr);
+        } else if off >= l.cut {
+            h.p_offset.set(e, off - l.shift);
+        } else if filesz > 0 && off + filesz > t.offset + map.new_size && off < l.cut {
             return Err(unsafe_(format!(
                 "a program header (type {ty:#x}) covers the bytes that would go"
             )));
         }
         table.extend_from_slice(object::bytes_of(&h));
     }
-    if split {
-        patches.u16(0x38, (phnum + 1) as u16);
-    }
-    patches.put(phoff, &table);
+    Ok(table)
+}
 
-    // Section headers and the ELF header's section table offset.
-    patch_sections(
-        &mut patches,
-        shdrs,
-        endian,
-        shoff,
-        shentsize,
-        index,
-        new_size,
-        cut,
-        shift,
-    )?;
-
-    // What points into the section: relocations, RELR words, wrappers, symbols.
-    let file_offset = |vaddr: u64| -> Option<u64> {
-        phdrs.iter().find_map(|p| {
-            (p.p_type(endian) == elf::PT_LOAD
-                && vaddr >= p.p_vaddr(endian)
-                && vaddr.saturating_add(8) <= p.p_vaddr(endian).saturating_add(p.p_filesz(endian)))
-            .then(|| p.p_offset(endian) + (vaddr - p.p_vaddr(endian)))
-        })
-    };
-    let word = |at: u64| -> Option<u64> {
-        data.get(at as usize..at as usize + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
-    };
-    let relative = relative_type(machine);
+/// Every reference into the section that compaction moves, patched:
+/// OpenMP's device-image table, the dynamic relocations (relative ones,
+/// symbol + addend), RELR words, the fat-binary wrappers. Then what refers
+/// into it with no relocation ([`refs`]) refuses the move, and so does a
+/// section nothing was found to refer to (what does is unknown).
+fn patch_references(t: &Target<'_>, map: &Map, patches: &mut Patches) -> Result<(), Unsafe> {
+    let (e, addr) = (t.endian, t.addr);
+    let remap_as = |v, b, p| map.remap_as(v, b, p);
+    let remap = |v, b| map.remap(v, b);
+    let file_offset = |v| t.file_offset(v);
+    let word = |at| t.word(at);
+    let relative = relative_type(t.machine);
     let mut referenced = 0usize;
     // OpenMP's device-image table, when an image of it goes.
-    let in_removed = |value: u64| value >= addr && gone(value - addr);
+    let in_removed = |value: u64| value >= addr && map.gone(value - addr);
     let omp = omp_table(
-        data,
-        shdrs,
-        endian,
+        t.data,
+        t.shdrs,
+        e,
         relative,
         addr,
-        size,
+        t.size,
         &file_offset,
         &in_removed,
     )?;
-    if let Some(t) = &omp {
-        t.patch(&mut patches, data, &remap_as, addr)?;
+    if let Some(table) = &omp {
+        table.patch(patches, t.data, &remap_as, addr)?;
         referenced += 1;
     }
-    for s in shdrs.iter() {
-        match s.sh_type(endian) {
-            elf::SHT_REL if s.sh_size(endian) > 0 => {
+    for s in t.shdrs {
+        match s.sh_type(e) {
+            elf::SHT_REL if s.sh_size(e) > 0 => {
                 return Err(unsafe_(
                     "REL relocations (without addends) are not rewritten",
                 ));
@@ -684,128 +871,26 @@ pub fn compact<'a>(
             // Relocations the dynamic loader applies; a non-loaded table
             // (`--emit-relocs`) describes code and data already linked, whose
             // references the scan below finds.
-            elf::SHT_RELA if s.sh_flags(endian) & u64::from(elf::SHF_ALLOC) != 0 => {
-                let Ok(relas) = s.data_as_array::<elf::Rela64<LE>, _>(endian, data) else {
-                    return Err(unsafe_("a relocation section cannot be read"));
-                };
-                let syms = shdrs
-                    .get(s.sh_link(endian) as usize)
-                    .filter(|t| s.sh_link(endian) != 0 && t.sh_type(endian) == elf::SHT_DYNSYM)
-                    .map(|t| t.data_as_array::<elf::Sym64<LE>, _>(endian, data))
-                    .transpose()
-                    .map_err(|_| unsafe_("a symbol table cannot be read"))?
-                    .unwrap_or(&[]);
-                for (i, r) in relas.iter().enumerate() {
-                    let at = s.sh_offset(endian) + i as u64 * 24;
-                    let (ty, sym) = (r.r_type(endian, false), r.r_sym(endian, false));
-                    let addend = r.r_addend(endian) as u64;
-                    if let Some(t) = omp.as_ref().filter(|t| t.holds(r.r_offset(endian))) {
-                        // A slot of the table: it moves with its entry.
-                        t.move_relocation(
-                            &mut patches,
-                            at,
-                            r.r_offset(endian),
-                            addend,
-                            &remap_as,
-                            addr,
-                        )?;
-                        continue;
-                    }
-                    let place = r.r_offset(endian);
-                    let rewritten = if Some(ty) == relative && sym == 0 {
-                        relocate(
-                            &mut patches,
-                            at,
-                            place,
-                            0,
-                            addend,
-                            &remap,
-                            addr,
-                            &file_offset,
-                            &word,
-                        )?
-                    } else if sym == 0 {
-                        // An addend alone (IRELATIVE: a resolver's address).
-                        if remap(addend, addr)?.is_some() {
-                            return Err(unsafe_(format!(
-                                "a relocation of type {ty} at {place:#x} refers to {addend:#x} in the section, and is not rewritten"
-                            )));
-                        }
-                        false
-                    } else {
-                        let symbol = syms.get(sym as usize).ok_or_else(|| {
-                            unsafe_(format!(
-                                "a relocation at {place:#x} names a symbol that does not exist"
-                            ))
-                        })?;
-                        let value = symbol.st_value(endian);
-                        let own = usize::from(symbol.st_shndx(endian)) == index;
-                        let target = value.wrapping_add(addend);
-                        if symbol.st_shndx(endian) == elf::SHN_UNDEF
-                            || (!own && remap(target, addr)?.is_none())
-                        {
-                            false
-                        } else if absolute_type(machine, ty) {
-                            // S + A: the symbol moves (its entry is patched
-                            // with the others), the addend keeps the target.
-                            let new_value = if own {
-                                remap_as(value, addr, Point::Start)?.unwrap_or(value)
-                            } else {
-                                value
-                            };
-                            relocate(
-                                &mut patches,
-                                at,
-                                place,
-                                new_value,
-                                target,
-                                &remap,
-                                addr,
-                                &file_offset,
-                                &word,
-                            )?
-                        } else {
-                            return Err(unsafe_(format!(
-                                "a relocation of type {ty} at {place:#x} refers to {target:#x} in the section, and is not rewritten"
-                            )));
-                        }
-                    };
-                    referenced += usize::from(rewritten);
-                }
+            elf::SHT_RELA if s.sh_flags(e) & u64::from(elf::SHF_ALLOC) != 0 => {
+                referenced += patch_relocations(t, map, s, omp.as_ref(), patches)?;
             }
             elf::SHT_RELR => {
-                let Ok(words) = s.data_as_array::<object::U64<LE>, _>(endian, data) else {
+                let Ok(words) = s.data_as_array::<object::U64<LE>, _>(e, t.data) else {
                     return Err(unsafe_("a RELR section cannot be read"));
                 };
-                let mut next = 0u64;
-                for w in words {
-                    let w = w.get(endian);
-                    let mut places = Vec::new();
-                    if w & 1 == 0 {
-                        places.push(w);
-                        next = w.saturating_add(8);
-                    } else {
-                        for bit in 1..64 {
-                            if w >> bit & 1 == 1 {
-                                places.push(next.saturating_add((bit - 1) * 8));
-                            }
-                        }
-                        next = next.saturating_add(63 * 8);
+                for place in relr_places(words, e) {
+                    if omp.as_ref().is_some_and(|table| table.holds(place)) {
+                        return Err(unsafe_(
+                            "OpenMP's device-image table is relocated by RELR, which is not rewritten",
+                        ));
                     }
-                    for place in places {
-                        if omp.as_ref().is_some_and(|t| t.holds(place)) {
-                            return Err(unsafe_(
-                                "OpenMP's device-image table is relocated by RELR, which is not rewritten",
-                            ));
-                        }
-                        let Some(f) = file_offset(place) else {
-                            continue;
-                        };
-                        if let Some(value) = word(f) {
-                            if let Some(new) = remap(value, addr)? {
-                                patches.u64(f, new);
-                                referenced += 1;
-                            }
+                    let Some(f) = file_offset(place) else {
+                        continue;
+                    };
+                    if let Some(value) = word(f) {
+                        if let Some(new) = remap(value, addr)? {
+                            patches.u64(f, new);
+                            referenced += 1;
                         }
                     }
                 }
@@ -813,53 +898,14 @@ pub fn compact<'a>(
             _ => {}
         }
     }
-    // The wrappers' pointers: a non-PIE executable has no relocation for them.
-    let names = header.section_strings(endian, data, shdrs).ok();
-    for s in shdrs.iter() {
-        let name = names
-            .and_then(|n| s.name(endian, n).ok())
-            .unwrap_or_default();
-        if name != b".hipFatBinSegment" && name != b".nvFatBinSegment" {
-            continue;
-        }
-        let (so, sz) = (s.sh_offset(endian), s.sh_size(endian));
-        let Some(bytes) = data.get(so as usize..so.saturating_add(sz) as usize) else {
-            return Err(unsafe_(
-                "a fat-binary wrapper section lies outside the file",
-            ));
-        };
-        // Both pointers: the fat binary, and (CUDA version 2) the
-        // prelinked fat binaries.
-        for (at, wrapper) in FatbinWrapper::all(bytes) {
-            let mut w = wrapper.map_err(|e| {
-                unsafe_(format!(
-                    "a fat-binary wrapper at {:#x} cannot be read, so where it points is unknown: {e}",
-                    so + at
-                ))
-            })?;
-            let (fatbin, aux) = (remap(w.fatbin, addr)?, remap(w.aux, addr)?);
-            if fatbin.is_some() || aux.is_some() {
-                w.fatbin = fatbin.unwrap_or(w.fatbin);
-                w.aux = aux.unwrap_or(w.aux);
-                patches.put(so + at, &w.to_bytes());
-                referenced += 1;
-            }
-        }
-    }
+    referenced += patch_wrappers(t, map, patches)?;
     // What refers into the section with no relocation (code, the data of
     // a position-dependent file, other sections' symbols): nothing of it is
-    // rewritten, so nothing may move.
-    let scan = refs::Scan {
-        data,
-        shdrs,
-        endian,
-        machine,
-        fixed: kind == elf::ET_EXEC,
-        index,
-    };
-    // The section's end included, though another section may start there:
-    // code cannot say which of the two it means.
-    let unseen = scan.references(addr, addr + size, &|at| patches.covers(at));
+    // rewritten, so nothing may move. The section's end included, though
+    // another section may start there: code cannot say which it means.
+    let unseen = t
+        .scan()
+        .references(addr, addr + t.size, &|at| patches.covers(at));
     if let Some(first) = unseen.first() {
         return Err(Unsafe {
             why: format!("{first}: compaction would move what it refers to"),
@@ -873,62 +919,221 @@ pub fn compact<'a>(
             "no relocation or fat-binary wrapper points into the section, so what refers to it is unknown",
         ));
     }
-    patch_symbols(
-        &mut patches,
-        data,
-        shdrs,
-        endian,
-        index,
-        addr,
-        &remap_as,
-        size,
-        new_size,
-        &gone,
-    )?;
+    Ok(())
+}
 
-    // The sections in the table's way: their headers, `.dynamic`'s
-    // pointers to them and their symbols follow them; anything else that
-    // refers to them keeps the file as it is.
-    if let (Some(b), Some(n)) = (&block, moved_to) {
-        let file_delta = (lo.wrapping_add(n - lv)).wrapping_sub(b.offset);
-        let delta = n - b.addr;
-        let dynamic = move_dynamic_pointers(&mut patches, data, shdrs, endian, b, delta)?;
-        if let Some(why) = room::referenced(&scan, b, &|at| dynamic.contains(&at)) {
-            return Err(unsafe_(format!(
-                "the program header table has no room for one more entry, and what is in its way cannot move: {why}"
-            )));
+/// The places a RELR table relocates.
+fn relr_places(words: &[object::U64<LE>], e: LE) -> Vec<u64> {
+    let mut places = Vec::new();
+    let mut next = 0u64;
+    for w in words {
+        let w = w.get(e);
+        if w & 1 == 0 {
+            places.push(w);
+            next = w.saturating_add(8);
+        } else {
+            for bit in 1..64 {
+                if w >> bit & 1 == 1 {
+                    places.push(next.saturating_add((bit - 1) * 8));
+                }
+            }
+            next = next.saturating_add(63 * 8);
         }
-        for &i in &b.sections {
-            let at = shoff + i as u64 * shentsize;
-            patches.u64(at + 0x10, shdrs[i].sh_addr(endian).wrapping_add(delta));
-            patches.u64(
-                at + 0x18,
-                shdrs[i].sh_offset(endian).wrapping_add(file_delta),
-            );
-        }
-        move_block_symbols(&mut patches, data, shdrs, endian, b, delta)?;
-        renumber(
-            &mut patches,
-            data,
-            shdrs,
-            endian,
-            shoff,
-            shentsize,
-            index,
-            b,
-        )?;
     }
+    places
+}
 
-    // The file: up to the section, its new bytes, the moved sections, the rest.
-    patches.copy(data, 0, offset, &mut out);
-    out.extend(packed(containers, align));
-    if let (Some(b), Some(n)) = (&block, moved_to) {
-        out.pad_to(lo + (n - lv));
-        patches.copy(data, b.offset, b.offset + b.len, &mut out);
+/// One table of dynamic relocations (`s`): each that reaches the section
+/// rewritten, or the reason it cannot be; how many were.
+fn patch_relocations(
+    t: &Target<'_>,
+    map: &Map,
+    s: &elf::SectionHeader64<LE>,
+    omp: Option<&OmpTable>,
+    patches: &mut Patches,
+) -> Result<usize, Unsafe> {
+    let (e, addr) = (t.endian, t.addr);
+    let remap_as = |v, b, p| map.remap_as(v, b, p);
+    let remap = |v, b| map.remap(v, b);
+    let file_offset = |v| t.file_offset(v);
+    let word = |at| t.word(at);
+    let relative = relative_type(t.machine);
+    let Ok(relas) = s.data_as_array::<elf::Rela64<LE>, _>(e, t.data) else {
+        return Err(unsafe_("a relocation section cannot be read"));
+    };
+    let syms = t
+        .shdrs
+        .get(s.sh_link(e) as usize)
+        .filter(|l| s.sh_link(e) != 0 && l.sh_type(e) == elf::SHT_DYNSYM)
+        .map(|l| l.data_as_array::<elf::Sym64<LE>, _>(e, t.data))
+        .transpose()
+        .map_err(|_| unsafe_("a symbol table cannot be read"))?
+        .unwrap_or(&[]);
+    let mut referenced = 0;
+    for (i, r) in relas.iter().enumerate() {
+        let at = s.sh_offset(e) + i as u64 * 24;
+        let (ty, sym) = (r.r_type(e, false), r.r_sym(e, false));
+        let addend = r.r_addend(e) as u64;
+        let place = r.r_offset(e);
+        if let Some(table) = omp.filter(|table| table.holds(place)) {
+            // A slot of the table: it moves with its entry.
+            table.move_relocation(patches, at, place, addend, &remap_as, addr)?;
+            continue;
+        }
+        let rewritten = if Some(ty) == relative && sym == 0 {
+            relocate(
+                patches,
+                at,
+                place,
+                0,
+                addend,
+                &remap,
+                addr,
+                &file_offset,
+                &word,
+            )?
+        } else if sym == 0 {
+            // An addend alone (IRELATIVE: a resolver's address).
+            if remap(addend, addr)?.is_some() {
+                return Err(unsafe_(format!(
+                    "a relocation of type {ty} at {place:#x} refers to {addend:#x} in the section, and is not rewritten"
+                )));
+            }
+            false
+        } else {
+            let symbol = syms.get(sym as usize).ok_or_else(|| {
+                unsafe_(format!(
+                    "a relocation at {place:#x} names a symbol that does not exist"
+                ))
+            })?;
+            let value = symbol.st_value(e);
+            let own = usize::from(symbol.st_shndx(e)) == t.index;
+            let target = value.wrapping_add(addend);
+            if symbol.st_shndx(e) == elf::SHN_UNDEF || (!own && remap(target, addr)?.is_none()) {
+                false
+            } else if absolute_type(t.machine, ty) {
+                // S + A: the symbol moves (its entry is patched with the
+                // others), the addend keeps the target.
+                let new_value = if own {
+                    remap_as(value, addr, Point::Start)?.unwrap_or(value)
+                } else {
+                    value
+                };
+                relocate(
+                    patches,
+                    at,
+                    place,
+                    new_value,
+                    target,
+                    &remap,
+                    addr,
+                    &file_offset,
+                    &word,
+                )?
+            } else {
+                return Err(unsafe_(format!(
+                    "a relocation of type {ty} at {place:#x} refers to {target:#x} in the section, and is not rewritten"
+                )));
+            }
+        };
+        referenced += usize::from(rewritten);
     }
-    out.pad_to(cut - shift);
-    patches.copy(data, cut, data.len() as u64, &mut out);
-    Ok(Some(out))
+    Ok(referenced)
+}
+
+/// The fat-binary wrappers' pointers (a non-PIE executable has no
+/// relocation for them); how many point into the section.
+fn patch_wrappers(t: &Target<'_>, map: &Map, patches: &mut Patches) -> Result<usize, Unsafe> {
+    let e = t.endian;
+    let mut referenced = 0;
+    for s in t.shdrs {
+        let name = t.names.and_then(|n| s.name(e, n).ok()).unwrap_or_default();
+        if name != b".hipFatBinSegment" && name != b".nvFatBinSegment" {
+            continue;
+        }
+        let (so, sz) = (s.sh_offset(e), s.sh_size(e));
+        let Some(bytes) = t.data.get(so as usize..so.saturating_add(sz) as usize) else {
+            return Err(unsafe_(
+                "a fat-binary wrapper section lies outside the file",
+            ));
+        };
+        // Both pointers: the fat binary, and (CUDA version 2) the
+        // prelinked fat binaries.
+        for (at, wrapper) in FatbinWrapper::all(bytes) {
+            let mut w = wrapper.map_err(|err| {
+                unsafe_(format!(
+                    "a fat-binary wrapper at {:#x} cannot be read, so where it points is unknown: {err}",
+                    so + at
+                ))
+            })?;
+            let (fatbin, aux) = (map.remap(w.fatbin, t.addr)?, map.remap(w.aux, t.addr)?);
+            if fatbin.is_some() || aux.is_some() {
+                w.fatbin = fatbin.unwrap_or(w.fatbin);
+                w.aux = aux.unwrap_or(w.aux);
+                patches.put(so + at, &w.to_bytes());
+                referenced += 1;
+            }
+        }
+    }
+    Ok(referenced)
+}
+
+/// The sections in the program header table's way, moved to `to`: their
+/// headers, `.dynamic`'s pointers to them and their symbols follow them,
+/// and the section headers are renumbered in address order; anything else
+/// that refers to them keeps the file as it is.
+fn move_block(
+    t: &Target<'_>,
+    l: &Layout,
+    b: &room::Block,
+    to: u64,
+    patches: &mut Patches,
+) -> Result<(), Unsafe> {
+    let e = t.endian;
+    let file_delta = l.block_offset(to).wrapping_sub(b.offset);
+    let delta = to - b.addr;
+    let dynamic = move_dynamic_pointers(patches, t.data, t.shdrs, e, b, delta)?;
+    if let Some(why) = room::referenced(&t.scan(), b, &|at| dynamic.contains(&at)) {
+        return Err(unsafe_(format!(
+            "the program header table has no room for one more entry, and what is in its way cannot move: {why}"
+        )));
+    }
+    for &i in &b.sections {
+        let at = t.shoff + i as u64 * t.shentsize;
+        patches.u64(at + 0x10, t.shdrs[i].sh_addr(e).wrapping_add(delta));
+        patches.u64(at + 0x18, t.shdrs[i].sh_offset(e).wrapping_add(file_delta));
+    }
+    move_block_symbols(patches, t.data, t.shdrs, e, b, delta)?;
+    renumber(
+        patches,
+        t.data,
+        t.shdrs,
+        e,
+        t.shoff,
+        t.shentsize,
+        t.index,
+        b,
+    )
+}
+
+/// The file: up to the section, its new bytes, the moved sections, the
+/// rest moved back, each with its patches.
+fn write_loaded<'a>(
+    t: &Target<'a>,
+    l: &Layout,
+    patches: &Patches,
+    containers: &mut [Placed<'a>],
+) -> Output<'a> {
+    let mut out = Output::default();
+    patches.copy(t.data, 0, t.offset, &mut out);
+    out.extend(packed(containers, t.align));
+    if let Some((b, to)) = &l.block {
+        out.pad_to(l.block_offset(*to));
+        patches.copy(t.data, b.offset, b.offset + b.len, &mut out);
+    }
+    out.pad_to(l.cut - l.shift);
+    patches.copy(t.data, l.cut, t.data.len() as u64, &mut out);
+    out
 }
 
 /// `.dynamic`'s pointers into the block moved by `delta`; the file offsets
