@@ -653,3 +653,160 @@ fn strip_objcopy_and_patchelf_work_on_every_result() {
         }
     }
 }
+
+/// auditwheel from the virtual environment `.ci/run` makes (with the
+/// patchelf it needs); `None` (a failure under `CI=true`) without it.
+fn auditwheel() -> Option<PathBuf> {
+    let cache = std::env::var_os("OFFLOAD_LOADER_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/offload-loader"))
+        })?;
+    let bin = cache.join("auditwheel/bin/auditwheel");
+    if bin.is_file() {
+        return Some(bin);
+    }
+    assert!(
+        !ci(),
+        "{} is missing: run .ci/run, which installs it",
+        bin.display()
+    );
+    eprintln!("skipped: auditwheel not installed ({})", bin.display());
+    None
+}
+
+/// A wheel holding `module` as `pkg/blob_mod.so`, in `dir` (written with
+/// Python's zipfile: the wheel format is a zip with a RECORD).
+fn wheel(dir: &Path, module: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let whl = dir.join("pkg-1.0-cp311-cp311-linux_x86_64.whl");
+    let script = "import sys, zipfile\n\
+        so, out = sys.argv[1], sys.argv[2]\n\
+        files = {'pkg/__init__.py': b'', 'pkg/blob_mod.so': open(so, 'rb').read(),\n\
+          'pkg-1.0.dist-info/METADATA': b'Metadata-Version: 2.1\\nName: pkg\\nVersion: 1.0\\n',\n\
+          'pkg-1.0.dist-info/WHEEL': b'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: false\\nTag: cp311-cp311-linux_x86_64\\n'}\n\
+        files['pkg-1.0.dist-info/RECORD'] = ''.join(n + ',,\\n' for n in list(files) + ['pkg-1.0.dist-info/RECORD']).encode()\n\
+        with zipfile.ZipFile(out, 'w') as z:\n\
+        \x20   [z.writestr(n, b) for n, b in files.items()]\n";
+    run_ok(
+        Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(module)
+            .arg(&whl),
+    );
+    whl
+}
+
+/// `auditwheel repair` on a wheel holding a slimmed library that needs a
+/// library of its own (copied into the wheel, the module's RPATH and
+/// NEEDED rewritten by patchelf) works as on the original's wheel, and the
+/// repaired module loads and answers as the repaired original does.
+#[test]
+fn auditwheel_repairs_a_slimmed_library_as_the_original() {
+    let Some(clang) = tool("clang", 22) else {
+        return;
+    };
+    let (Some(_), Some(gcc), Some(auditwheel)) = (probe(), system_tool("gcc", "gcc"), auditwheel())
+    else {
+        return;
+    };
+    let dir = temp_dir();
+    let blob = bundle(&clang, &dir);
+    let asm = dir.join("c.s");
+    std::fs::write(&asm, containers(&blob, ".hidden", "")).unwrap();
+    let libs = dir.join("libs");
+    std::fs::create_dir_all(&libs).unwrap();
+    let foo = dir.join("foo.c");
+    std::fs::write(&foo, "int foo(void) { return 7; }\n").unwrap();
+    run_ok(
+        Command::new(&gcc)
+            .args(["-shared", "-fPIC"])
+            .arg(&foo)
+            .arg("-o")
+            .arg(libs.join("libfoo.so")),
+    );
+    let module_c = dir.join("mod.c");
+    std::fs::write(
+        &module_c,
+        "int foo(void);\nint answer(void) { return 35 + foo(); }\n",
+    )
+    .unwrap();
+    let module = dir.join("blob_mod.so");
+    run_ok(
+        Command::new(&gcc)
+            .args(["-fuse-ld=bfd", "-shared", "-fPIC"])
+            .arg(&module_c)
+            .arg(&asm)
+            .arg(format!("-L{}", libs.display()))
+            .arg("-lfoo")
+            .arg("-o")
+            .arg(&module),
+    );
+    let out = dir.join("slim");
+    let report = slim_json(&module, &out);
+    let (slimmed, compacted) = outcome(&report, &module, &out);
+    assert!(compacted, "{report}");
+    let venv = auditwheel.parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        venv.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let loader = dir.join("user");
+    std::fs::write(
+        dir.join("user.c"),
+        "#include <dlfcn.h>\n#include <stdio.h>\n\
+         int main(int c, char **v) { void *h = dlopen(v[1], RTLD_NOW);\n\
+           if (!h) { printf(\"%s\\n\", dlerror()); return 1; }\n\
+           int (*f)(void) = (int (*)(void))dlsym(h, \"answer\");\n\
+           printf(\"%d\\n\", f ? f() : -1); return 0; }\n",
+    )
+    .unwrap();
+    run_ok(
+        Command::new(&gcc)
+            .arg(dir.join("user.c"))
+            .arg("-o")
+            .arg(&loader)
+            .arg("-ldl"),
+    );
+    let mut answers = Vec::new();
+    for (name, so) in [("orig", &module), ("slim", &slimmed)] {
+        let whl = wheel(&dir.join(name), so);
+        let repaired = dir.join(format!("{name}-repaired"));
+        run_ok(
+            Command::new(&auditwheel)
+                .env("PATH", &path)
+                .env("LD_LIBRARY_PATH", &libs)
+                .args(["repair", "--plat", "manylinux_2_35_x86_64", "-w"])
+                .arg(&repaired)
+                .arg(&whl),
+        );
+        let repaired_whl = std::fs::read_dir(&repaired)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let unpacked = dir.join(format!("{name}-unpacked"));
+        run_ok(
+            Command::new("python3")
+                .args([
+                    "-c",
+                    "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])",
+                ])
+                .arg(&repaired_whl)
+                .arg(&unpacked),
+        );
+        let o = Command::new(&loader)
+            .arg(unpacked.join("pkg/blob_mod.so"))
+            .output()
+            .unwrap();
+        answers.push((
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        ));
+    }
+    assert_eq!(answers[0], (Some(0), "42\n".into()));
+    assert_eq!(answers[1], answers[0]);
+}
