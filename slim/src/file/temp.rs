@@ -199,7 +199,7 @@ pub fn temp_path(dir: &Path, path: &Path, tag: &str) -> PathBuf {
     dir.join(format!(".{name}.slim-{tag}-{}-{n}", std::process::id()))
 }
 
-/// Whether `name` is one [`temp_path`] gives the files slim is making (a
+/// Whether `name` is one `temp_path` gives the files slim is making (a
 /// directory walk skips them):
 /// `.NAME.slim-TAG-PID-N`, TAG one of `pass`, `result`, `link`.
 pub fn is_temporary(name: &std::ffi::OsStr) -> bool {
