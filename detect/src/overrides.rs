@@ -8,7 +8,8 @@ use crate::report::{Backend, BackendReport, Reason, Status};
 
 /// The device targets `OFFLOAD_LOADER_DEVICES` lists: comma-separated, each
 /// spelled as [`DeviceTarget::parse`] reads it (as `offload-probe --device`
-/// does): `gfx90a:sramecc+:xnack-`, `sm_90`, `sm_90a`, `9.0`. The list
+/// does): `gfx90a:sramecc+:xnack-`, `sm_90`, `sm90`, `90`, `9.0`, or a
+/// product name (`MI300X`, `H100`, `RTX 4090`). The list
 /// replaces detection entirely: no driver is loaded, and the devices cannot
 /// load images.
 ///
@@ -98,8 +99,16 @@ mod tests {
     #[test]
     fn devices_are_spelled_as_everywhere_else() {
         let one = |s| devices(s).0;
-        // The device of a capability, however its code is named.
-        for spelling in ["sm_90", "sm_90a", "9.0"] {
+        // The device of a capability, however its code or product is named.
+        for spelling in [
+            "sm_90",
+            "sm_90a",
+            "9.0",
+            "sm90",
+            "90",
+            "H100",
+            "NVIDIA H100 80GB HBM3",
+        ] {
             assert_eq!(
                 one(spelling),
                 [DeviceTarget::parse("sm_90").unwrap()],
@@ -119,6 +128,35 @@ mod tests {
             r.to_string()
                 .ends_with("processor gfx1100 does not support xnack"),
             "{r}"
+        );
+    }
+
+    /// Every product name is taken as `--device` takes it, in a list too.
+    #[test]
+    fn product_names_are_devices() {
+        use offload_loader::target::Product;
+        for product in Product::amd().iter().chain(Product::nvidia()) {
+            let (d, r) = devices(&format!("{}, {}", product.name, product.target));
+            assert_eq!(r.status, Status::Found(2), "{}: {r}", product.name);
+            assert_eq!(d[0], d[1], "{}", product.name);
+            assert_eq!(d[0].to_string(), product.target, "{}", product.name);
+        }
+        let (d, r) = devices("MI300X,RTX 4090");
+        assert_eq!(r.status, Status::Found(2));
+        assert_eq!(d[0].to_string(), "gfx942");
+        assert_eq!(d[1].to_string(), "sm_89");
+        let (d, r) = devices("gfx90a,H10");
+        assert!(d.is_empty());
+        let reason = r.reason.unwrap().to_string();
+        assert!(
+            reason.starts_with(
+                "OFFLOAD_LOADER_DEVICES: `H10`: `H10` is not a device name known here"
+            ),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("did you mean NVIDIA H100 (sm_90)"),
+            "{reason}"
         );
     }
 

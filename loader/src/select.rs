@@ -10,8 +10,8 @@ use std::fmt;
 
 use crate::image::{CodeKind, Content, Image};
 use crate::target::{
-    Arch, ArchVariant, ComputeCapability, Feature, FeatureSetting, NvArch, OffloadKind, PtxVersion,
-    TargetId, TargetIdError, Triple, Vendor,
+    names, Arch, ArchVariant, ComputeCapability, Feature, FeatureSetting, NvArch, OffloadKind,
+    PtxVersion, TargetId, TargetIdError, Triple, Vendor,
 };
 
 /// What a device can run, as selection needs it.
@@ -31,55 +31,70 @@ pub enum DeviceTarget {
 
 impl DeviceTarget {
     /// Parses a device as a person writes it, the one spelling `offload-probe
-    /// --device`, `OFFLOAD_LOADER_DEVICES` and the library accept alike: an
-    /// AMDGPU target ID whose features are the device's settings
-    /// (`gfx90a:sramecc+:xnack-`; a feature left out is unknown), or an
-    /// NVIDIA device as `sm_90`, `sm_90a` / `sm_100f` (the device of that
-    /// capability: `a` and `f` name code, and every device runs its own
-    /// arch's `a` code) or its compute capability `9.0`. Names of code that
-    /// no one device is are refused with what to write instead: PTX
-    /// (`compute_80`) and generic AMDGPU targets (`gfx11-generic`).
+    /// --device`, `OFFLOAD_LOADER_DEVICES` and the library accept alike,
+    /// case-insensitively and with a tool's label before it (rocminfo's
+    /// `Name:`, `Marketing Name:`) ignored:
+    ///
+    /// - an AMDGPU target ID whose features are the device's settings
+    ///   (`gfx90a:sramecc+:xnack-`, as `offload-arch` prints it; a feature
+    ///   left out is unknown), or a legacy alias (`fiji`);
+    /// - an NVIDIA device as its architecture, `sm_90`, `sm90`, `90`, or its
+    ///   compute capability `9.0` (as `nvidia-smi --query-gpu=compute_cap`
+    ///   prints it); `sm_90a` / `sm_100f` name the device of that capability
+    ///   (`a` and `f` name code, and every device runs its own arch's code);
+    /// - a product name from [`crate::target::Product::amd`] or
+    ///   [`crate::target::Product::nvidia`]
+    ///   (`MI300X`, `AMD Instinct MI250X`, `H100`, `NVIDIA H100 80GB HBM3`,
+    ///   `RTX 4090`): vendor and line words (`AMD`, `Radeon`, `Instinct`,
+    ///   `NVIDIA`, `GeForce`, `Tesla`) and board words (`80GB`, `HBM3`,
+    ///   `PCIe`, `SXM4`) do not count, nor do case, spaces and dashes.
+    ///
+    /// The device is its architecture, displayed canonically (`gfx942`,
+    /// `sm_90`). Names of code that no one device is are refused with what to
+    /// write instead: PTX (`compute_80`) and generic AMDGPU targets
+    /// (`gfx11-generic`). A name that is none of these is refused with the
+    /// nearest known names; one that names products of different
+    /// architectures, with each.
     pub fn parse(s: &str) -> Result<DeviceTarget, TargetIdError> {
-        let nvidia = |capability| DeviceTarget::Nvidia {
+        let written = names::strip_label(s);
+        if written.is_empty() {
+            return Err(TargetIdError::Empty);
+        }
+        let lower = written.to_lowercase();
+        if let Some(capability) = names::nvidia_arch(&lower, written) {
+            return capability.map(DeviceTarget::nvidia);
+        }
+        if names::looks_like_amdgpu_processor(&lower) {
+            return DeviceTarget::amdgpu(&lower, written);
+        }
+        match names::product_target(written)? {
+            Some(target) => DeviceTarget::parse(target),
+            None => Err(TargetIdError::UnknownDevice {
+                name: written.into(),
+                suggestions: names::suggestions(written),
+            }),
+        }
+    }
+
+    /// The NVIDIA device of `capability`, its driver's PTX bound unknown.
+    fn nvidia(capability: ComputeCapability) -> DeviceTarget {
+        DeviceTarget::Nvidia {
             capability,
             max_ptx: None,
-        };
-        if s.starts_with("compute_") {
-            let arch = NvArch::parse(s)?;
+        }
+    }
+
+    /// The AMD device of target ID `id` (lower-cased; `written` as given,
+    /// for errors): a specific processor, not a generic one.
+    fn amdgpu(id: &str, written: &str) -> Result<DeviceTarget, TargetIdError> {
+        let id = TargetId::parse(id)?;
+        if id.processor.is_generic() {
             return Err(TargetIdError::NotADevice {
-                name: s.into(),
-                hint: format!(
-                    "PTX, which a device compiles for itself; write the device's compute capability, {}",
-                    arch.capability
-                ),
+                name: written.into(),
+                hint: "code for a family of processors; write the device's own processor".into(),
             });
         }
-        if s.starts_with("sm_") {
-            Ok(nvidia(NvArch::parse(s)?.capability))
-        } else if let Some((major, minor)) = s.split_once('.') {
-            let bad = || TargetIdError::BadNvptxArch(s.into());
-            let number = |d: &str| {
-                (!d.is_empty() && d.len() <= 2 && d.bytes().all(|b| b.is_ascii_digit()))
-                    .then(|| d.parse::<u8>().ok())
-                    .flatten()
-            };
-            match (number(major), number(minor)) {
-                (Some(major), Some(minor)) if major > 0 && minor <= 9 => {
-                    Ok(nvidia(ComputeCapability { major, minor }))
-                }
-                _ => Err(bad()),
-            }
-        } else {
-            let id = TargetId::parse(s)?;
-            if id.processor.is_generic() {
-                return Err(TargetIdError::NotADevice {
-                    name: s.into(),
-                    hint: "code for a family of processors; write the device's own processor"
-                        .into(),
-                });
-            }
-            Ok(DeviceTarget::Amdgpu(id))
-        }
+        Ok(DeviceTarget::Amdgpu(id))
     }
 
     /// The device's vendor.

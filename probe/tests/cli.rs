@@ -622,9 +622,25 @@ fn device_spellings_mean_the_same_on_the_command_line_and_in_the_environment() {
         ("sm_100f", "sm_100"),
         ("9.0", "sm_90"),
         ("12.1", "sm_121"),
+        ("sm90", "sm_90"),
+        ("SM_90", "sm_90"),
+        ("90", "sm_90"),
+        ("H100", "sm_90"),
+        ("NVIDIA H100 80GB HBM3", "sm_90"),
+        ("A100", "sm_80"),
+        ("RTX 4090", "sm_89"),
+        ("GeForce RTX 4090", "sm_89"),
+        ("Jetson Orin", "sm_87"),
         ("gfx90a:xnack-", "gfx90a:xnack-"),
         ("gfx90a:sramecc+:xnack-", "gfx90a:sramecc+:xnack-"),
         ("gfx1100", "gfx1100"),
+        ("Name: gfx90a", "gfx90a"),
+        ("MI300X", "gfx942"),
+        ("Marketing Name: AMD Instinct MI250X", "gfx90a"),
+        ("MI100", "gfx908"),
+        ("Radeon VII", "gfx906"),
+        ("RX 7900 XTX", "gfx1100"),
+        ("RX 6800 XT", "gfx1030"),
     ] {
         let flag = probe(&["--json", "--device", spelling]);
         let env = Command::new(env!("CARGO_BIN_EXE_offload-probe"))
@@ -641,6 +657,9 @@ fn device_spellings_mean_the_same_on_the_command_line_and_in_the_environment() {
         "gfx1100:xnack+",
         "sm_9",
         "9.10",
+        "gfx9999",
+        "H10",
+        "H100/A100",
     ] {
         let flag = probe(&["--device", spelling]);
         assert_eq!(flag.status.code(), Some(2), "--device {spelling}");
@@ -661,4 +680,56 @@ fn device_spellings_mean_the_same_on_the_command_line_and_in_the_environment() {
         let detail = detail.split_once(": ").unwrap().1;
         assert!(why.contains(detail), "{spelling}: {why} / {reason}");
     }
+}
+
+/// Every product name of both tables, all at once, as `--device` and as
+/// `OFFLOAD_LOADER_DEVICES`: each is the device of its architecture, shown
+/// by that architecture's canonical name.
+#[test]
+fn every_product_name_is_a_device_on_the_command_line_and_in_the_environment() {
+    use offload_loader::target::Product;
+    let products: Vec<&Product> = Product::amd().iter().chain(Product::nvidia()).collect();
+    let targets = |out: &Output| -> Vec<String> {
+        json(out)["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["target_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let expected: Vec<&str> = products.iter().map(|p| p.target).collect();
+    let mut args = vec!["--json"];
+    for product in &products {
+        args.extend(["--device", product.name]);
+    }
+    assert_eq!(targets(&probe(&args)), expected);
+    let list: Vec<&str> = products.iter().map(|p| p.name).collect();
+    let env = Command::new(env!("CARGO_BIN_EXE_offload-probe"))
+        .arg("--json")
+        .env("OFFLOAD_LOADER_DEVICES", list.join(","))
+        .output()
+        .unwrap();
+    assert_eq!(targets(&env), expected);
+}
+
+/// A name that is not understood is said so neutrally, with the nearest
+/// names; nothing NVIDIA-like is called an AMD processor.
+#[test]
+fn unknown_device_names_are_answered_with_the_nearest_ones() {
+    let out = probe(&["--device", "RTX 4900"]);
+    assert_eq!(out.status.code(), Some(2));
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        why.contains("`RTX 4900` is not a device name known here"),
+        "{why}"
+    );
+    assert!(why.contains("GeForce RTX 4090 (sm_89)"), "{why}");
+    for name in ["sm90x", "H1000", "compute_9x", "RTX 40900"] {
+        let out = probe(&["--device", name]);
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        let why = String::from_utf8_lossy(&out.stderr);
+        assert!(!why.contains("unknown AMDGPU processor"), "{name}: {why}");
+    }
+    let why = probe(&["--device", "gfx9999"]).stderr;
+    assert!(String::from_utf8_lossy(&why).contains("unknown AMDGPU processor `gfx9999`"));
 }

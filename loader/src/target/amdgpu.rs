@@ -188,6 +188,38 @@ pub enum TargetIdError {
         /// What to write instead.
         hint: String,
     },
+    /// A device name that is no processor, architecture or product known here.
+    #[error(
+        "`{name}` is not a device name known here: write an AMDGPU processor (gfx90a), \
+         an NVIDIA architecture (sm_90, 9.0) or a product (MI300X, H100){}",
+        did_you_mean(.suggestions)
+    )]
+    UnknownDevice {
+        /// The name as written.
+        name: String,
+        /// The nearest known names, best first, each with its architecture.
+        suggestions: Vec<String>,
+    },
+    /// A product name that names devices of different architectures.
+    #[error(
+        "`{name}` names devices of different architectures: {}; write one of them",
+        .candidates.join(", ")
+    )]
+    AmbiguousDevice {
+        /// The name as written.
+        name: String,
+        /// One product of each architecture, with the architecture.
+        candidates: Vec<String>,
+    },
+}
+
+/// `; did you mean A, B?` for the suggestions of an unknown name, or nothing.
+fn did_you_mean(suggestions: &[String]) -> String {
+    if suggestions.is_empty() {
+        String::new()
+    } else {
+        format!("; did you mean {}?", suggestions.join(", "))
+    }
 }
 
 /// A validated AMDGPU target ID.

@@ -1,8 +1,11 @@
 //! Targets: AMDGPU target IDs and processors, NVPTX architectures, triples and
 //! offload kinds; what an image claims to be built for.
 
+mod amd_products;
 pub mod amdgpu;
 pub mod kind;
+pub mod names;
+mod nvidia_products;
 pub mod nvptx;
 mod processors;
 pub mod triple;
@@ -11,6 +14,7 @@ use std::fmt;
 
 pub use amdgpu::{Feature, FeatureSetting, Processor, TargetId, TargetIdError};
 pub use kind::OffloadKind;
+pub use names::Product;
 pub use nvptx::{ArchVariant, ComputeCapability, NvArch, PtxVersion};
 pub use triple::{Triple, Vendor};
 
