@@ -390,14 +390,22 @@ fn a_pypi_rocm_installation() {
     } else {
         Command::new(&probe)
     };
-    let out = cmd
-        .arg(&venv)
+    cmd.arg(&venv)
         .args([
             "--json", "--device", "gfx950", "--device", "gfx1201", "--device", "sm_80",
         ])
-        .env_remove("OFFLOAD_LOADER_DEVICES")
-        .output()
-        .unwrap();
+        .env_remove("OFFLOAD_LOADER_DEVICES");
+    // The copy was just written: a child another test thread forks in that
+    // moment holds it open for writing until it execs, and executing the
+    // copy then fails with ETXTBSY ("Text file busy"). Tried again then.
+    let mut out = cmd.output().unwrap();
+    for _ in 0..20 {
+        if !String::from_utf8_lossy(&out.stderr).contains("Text file busy") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        out = cmd.output().unwrap();
+    }
     let _ = std::fs::remove_file(&copy);
     // The unreadable file is an input error (exit 2); the rest is reported.
     assert_eq!(
