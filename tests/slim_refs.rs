@@ -20,6 +20,36 @@ fn probe() -> Option<PathBuf> {
     built("offload-probe")
 }
 
+/// What every test here builds with: clang-22 (and its lld), gcc (with
+/// ld.bfd and gold), the probe; a scratch directory holding [`bundle`]'s
+/// output. `None` (a failure under `CI=true`) where a tool is missing.
+struct Kit {
+    clang: PathBuf,
+    gcc: PathBuf,
+    dir: TempPath,
+    blob: PathBuf,
+}
+
+fn kit() -> Option<Kit> {
+    let clang = tool("clang", 22)?;
+    let (Some(_), Some(gcc), Some(_), Some(_)) = (
+        probe(),
+        system_tool("gcc", "gcc"),
+        system_tool("ld.gold", "binutils"),
+        tool("ld.lld", 22),
+    ) else {
+        return None;
+    };
+    let dir = temp_dir();
+    let blob = bundle(&clang, &dir);
+    Some(Kit {
+        clang,
+        gcc,
+        dir,
+        blob,
+    })
+}
+
 /// A bundle of two images of ~40 KiB each (gfx90a, gfx1100), and the host
 /// entry: what clang puts in `.hip_fatbin`, big enough that dropping the
 /// gfx90a image frees whole pages.
@@ -171,6 +201,19 @@ fn links() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
     v
 }
 
+/// `inputs` compiled and linked by `compiler` with linker `ld` and
+/// `flags` into `out`.
+fn link(compiler: &Path, ld: &str, flags: &[&str], inputs: &[&Path], out: &Path) {
+    run_ok(
+        Command::new(compiler)
+            .arg(format!("-fuse-ld={ld}"))
+            .args(flags)
+            .args(inputs)
+            .arg("-o")
+            .arg(out),
+    );
+}
+
 /// (exit status, stdout) of running `exe`.
 fn run(exe: &Path) -> (Option<i32>, String) {
     let out = Command::new(exe)
@@ -234,19 +277,15 @@ fn outcome(report: &serde_json::Value, original: &Path, out: &Path) -> (PathBuf,
 /// slim compacts; where nothing does, it does not, and says so.
 #[test]
 fn references_without_relocations_keep_their_containers_in_place() {
-    let Some(clang) = tool("clang", 22) else {
+    let Some(Kit {
+        clang,
+        gcc,
+        dir,
+        blob,
+    }) = kit()
+    else {
         return;
     };
-    let (Some(_), Some(gcc), Some(_), Some(_)) = (
-        probe(),
-        system_tool("gcc", "gcc"),
-        system_tool("ld.gold", "binutils"),
-        tool("ld.lld", 22),
-    ) else {
-        return;
-    };
-    let dir = temp_dir();
-    let blob = bundle(&clang, &dir);
     let mut compactions = 0;
     let mut refused = Vec::new();
     for (name, source, extra) in cases(&blob) {
@@ -257,15 +296,7 @@ fn references_without_relocations_keep_their_containers_in_place() {
         for (ld, kind, flags) in links() {
             let exe = dir.join(format!("{name}-{ld}-{kind}"));
             let compiler = if ld == "lld" { &clang } else { &gcc };
-            run_ok(
-                Command::new(compiler)
-                    .arg(format!("-fuse-ld={ld}"))
-                    .args(&flags)
-                    .arg(&c)
-                    .arg(&asm)
-                    .arg("-o")
-                    .arg(&exe),
-            );
+            link(compiler, ld, &flags, &[&c, &asm], &exe);
             let before = run(&exe);
             assert_eq!(before, (Some(0), "magic ok\n".into()), "{}", exe.display());
             let out = dir.join(format!("out-{name}-{ld}-{kind}"));
@@ -309,19 +340,15 @@ fn references_without_relocations_keep_their_containers_in_place() {
 /// reference is found without `.symtab`).
 #[test]
 fn objcopy_binary_blobs_run_the_same_with_or_without_symbols() {
-    let Some(clang) = tool("clang", 22) else {
+    let Some(Kit { gcc, dir, blob, .. }) = kit() else {
         return;
     };
-    let (Some(_), Some(gcc), Some(objcopy), Some(strip)) = (
-        probe(),
-        system_tool("gcc", "gcc"),
+    let (Some(objcopy), Some(strip)) = (
         system_tool("objcopy", "binutils"),
         system_tool("strip", "binutils"),
     ) else {
         return;
     };
-    let dir = temp_dir();
-    let blob = bundle(&clang, &dir);
     let mut objects = Vec::new();
     for name in ["a", "b"] {
         std::fs::copy(&blob, dir.join(format!("{name}.bin"))).unwrap();
@@ -383,19 +410,15 @@ fn objcopy_binary_blobs_run_the_same_with_or_without_symbols() {
 /// linker.
 #[test]
 fn shared_objects_rewrite_symbol_relocations_with_addends() {
-    let Some(clang) = tool("clang", 22) else {
+    let Some(Kit {
+        clang,
+        gcc,
+        dir,
+        blob,
+    }) = kit()
+    else {
         return;
     };
-    let (Some(_), Some(gcc), Some(_), Some(_)) = (
-        probe(),
-        system_tool("gcc", "gcc"),
-        system_tool("ld.gold", "binutils"),
-        tool("ld.lld", 22),
-    ) else {
-        return;
-    };
-    let dir = temp_dir();
-    let blob = bundle(&clang, &dir);
     let asm = dir.join("lib.s");
     std::fs::write(&asm, containers(&blob, "", &symbol_plus_addend(&blob))).unwrap();
     let lib_c = dir.join("lib.c");
@@ -422,15 +445,7 @@ fn shared_objects_rewrite_symbol_relocations_with_addends() {
         let libdir = dir.join(format!("lib-{ld}"));
         std::fs::create_dir_all(&libdir).unwrap();
         let lib = libdir.join("libblob.so");
-        run_ok(
-            Command::new(compiler)
-                .arg(format!("-fuse-ld={ld}"))
-                .args(["-shared", "-fPIC"])
-                .arg(&lib_c)
-                .arg(&asm)
-                .arg("-o")
-                .arg(&lib),
-        );
+        link(compiler, ld, &["-shared", "-fPIC"], &[&lib_c, &asm], &lib);
         let exe = dir.join(format!("main-{ld}"));
         run_ok(
             Command::new(compiler)
@@ -530,12 +545,16 @@ fn apply(tool: &[Vec<String>], file: &Path, llvm_strip: &Path) -> bool {
 /// same tool.
 #[test]
 fn strip_objcopy_and_patchelf_work_on_every_result() {
-    let Some(clang) = tool("clang", 22) else {
+    let Some(Kit {
+        clang,
+        gcc,
+        dir,
+        blob,
+    }) = kit()
+    else {
         return;
     };
-    let (Some(_), Some(gcc), Some(llvm_strip)) =
-        (probe(), system_tool("gcc", "gcc"), tool("llvm-strip", 22))
-    else {
+    let Some(llvm_strip) = tool("llvm-strip", 22) else {
         return;
     };
     for (t, package) in [
@@ -548,8 +567,6 @@ fn strip_objcopy_and_patchelf_work_on_every_result() {
             return;
         }
     }
-    let dir = temp_dir();
-    let blob = bundle(&clang, &dir);
     let asm = dir.join("c.s");
     std::fs::write(&asm, containers(&blob, ".hidden", "")).unwrap();
     let main = dir.join("main.c");
@@ -563,15 +580,7 @@ fn strip_objcopy_and_patchelf_work_on_every_result() {
     for (ld, kind, flags) in links() {
         let exe = dir.join(format!("p-{ld}-{kind}"));
         let compiler = if ld == "lld" { &clang } else { &gcc };
-        run_ok(
-            Command::new(compiler)
-                .arg(format!("-fuse-ld={ld}"))
-                .args(&flags)
-                .arg(&main)
-                .arg(&asm)
-                .arg("-o")
-                .arg(&exe),
-        );
+        link(compiler, ld, &flags, &[&main, &asm], &exe);
         let out = dir.join(format!("out-{ld}-{kind}"));
         let report = slim_json(&exe, &out);
         let (result, compacted) = outcome(&report, &exe, &out);
@@ -617,15 +626,7 @@ fn strip_objcopy_and_patchelf_work_on_every_result() {
     for ld in ["bfd", "gold", "lld"] {
         let lib = dir.join(format!("lib-{ld}.so"));
         let compiler = if ld == "lld" { &clang } else { &gcc };
-        run_ok(
-            Command::new(compiler)
-                .arg(format!("-fuse-ld={ld}"))
-                .args(["-shared", "-fPIC"])
-                .arg(&lib_c)
-                .arg(&asm)
-                .arg("-o")
-                .arg(&lib),
-        );
+        link(compiler, ld, &["-shared", "-fPIC"], &[&lib_c, &asm], &lib);
         let out = dir.join(format!("out-lib-{ld}"));
         let report = slim_json(&lib, &out);
         let (result, compacted) = outcome(&report, &lib, &out);
@@ -704,15 +705,9 @@ fn wheel(dir: &Path, module: &Path) -> PathBuf {
 /// repaired module loads and answers as the repaired original does.
 #[test]
 fn auditwheel_repairs_a_slimmed_library_as_the_original() {
-    let Some(clang) = tool("clang", 22) else {
+    let (Some(Kit { gcc, dir, blob, .. }), Some(auditwheel)) = (kit(), auditwheel()) else {
         return;
     };
-    let (Some(_), Some(gcc), Some(auditwheel)) = (probe(), system_tool("gcc", "gcc"), auditwheel())
-    else {
-        return;
-    };
-    let dir = temp_dir();
-    let blob = bundle(&clang, &dir);
     let asm = dir.join("c.s");
     std::fs::write(&asm, containers(&blob, ".hidden", "")).unwrap();
     let libs = dir.join("libs");

@@ -1232,19 +1232,13 @@ fn renumber(
     patches.put(shoff, &table);
     let shstrndx = u16::from_le_bytes([data[0x3e], data[0x3f]]);
     patches.u16(0x3e, renamed(u32::from(shstrndx)) as u16);
-    for s in shdrs {
-        if !matches!(s.sh_type(endian), elf::SHT_SYMTAB | elf::SHT_DYNSYM) {
-            continue;
-        }
-        let Ok(syms) = s.data_as_array::<elf::Sym64<LE>, _>(endian, data) else {
-            return Err(unsafe_("a symbol table cannot be read"));
-        };
-        for (i, sym) in syms.iter().enumerate() {
+    for table in symbol_tables(data, shdrs, endian)? {
+        for (i, sym) in table.syms.iter().enumerate() {
             let shndx = sym.st_shndx(endian);
             if shndx != elf::SHN_UNDEF && shndx < elf::SHN_LORESERVE {
                 let new = renamed(u32::from(shndx)) as u16;
                 if new != shndx {
-                    patches.u16(s.sh_offset(endian) + i as u64 * 24 + 6, new);
+                    patches.u16(table.at(i) + 6, new);
                 }
             }
         }
@@ -1262,20 +1256,13 @@ fn move_block_symbols(
     block: &room::Block,
     delta: u64,
 ) -> Result<(), Unsafe> {
-    for s in shdrs {
-        if !matches!(s.sh_type(endian), elf::SHT_SYMTAB | elf::SHT_DYNSYM) {
-            continue;
-        }
-        let Ok(syms) = s.data_as_array::<elf::Sym64<LE>, _>(endian, data) else {
-            return Err(unsafe_("a symbol table cannot be read"));
-        };
-        for (i, sym) in syms.iter().enumerate() {
+    for table in symbol_tables(data, shdrs, endian)? {
+        for (i, sym) in table.syms.iter().enumerate() {
             // By value: a linker may name a section for a symbol outside
             // it (lld's `__preinit_array_end` in `.note.ABI-tag`, at the
             // ELF header), which stays.
             if block.holds(sym.st_value(endian)) {
-                let at = s.sh_offset(endian) + i as u64 * 24 + 8;
-                patches.u64(at, sym.st_value(endian).wrapping_add(delta));
+                patches.u64(table.at(i) + 8, sym.st_value(endian).wrapping_add(delta));
             }
         }
     }
@@ -1523,18 +1510,12 @@ fn patch_symbols(
     new_size: u64,
     gone: &dyn Fn(u64) -> bool,
 ) -> Result<(), Unsafe> {
-    for s in shdrs {
-        if !matches!(s.sh_type(endian), elf::SHT_SYMTAB | elf::SHT_DYNSYM) {
-            continue;
-        }
-        let Ok(syms) = s.data_as_array::<elf::Sym64<LE>, _>(endian, data) else {
-            return Err(unsafe_("a symbol table cannot be read"));
-        };
-        for (i, sym) in syms.iter().enumerate() {
+    for table in symbol_tables(data, shdrs, endian)? {
+        for (i, sym) in table.syms.iter().enumerate() {
             if usize::from(sym.st_shndx(endian)) != index || sym.st_type() == elf::STT_SECTION {
                 continue;
             }
-            let at = s.sh_offset(endian) + i as u64 * 24;
+            let at = table.at(i);
             let value = sym.st_value(endian);
             // The section's own end, by the symbol's own word.
             let own_end = (value == base + size).then_some(Ok(Some(base + new_size)));
@@ -1544,7 +1525,7 @@ fn patch_symbols(
                 // A static symbol of an image that goes (clang-linker-wrapper
                 // names each one): it names the section's end, empty. A
                 // dynamic one could be used from outside: unsafe.
-                Err(_) if s.sh_type(endian) == elf::SHT_SYMTAB && gone(value - base) => {
+                Err(_) if !table.dynamic && gone(value - base) => {
                     patches.u64(at + 8, base + new_size);
                     patches.u64(at + 16, 0);
                     continue;
@@ -1562,6 +1543,42 @@ fn patch_symbols(
         }
     }
     Ok(())
+}
+
+/// A symbol table (`.symtab` or `.dynsym`): its symbols and where they are.
+struct Symbols<'d> {
+    syms: &'d [elf::Sym64<LE>],
+    offset: u64,
+    dynamic: bool,
+}
+
+impl Symbols<'_> {
+    /// The file offset of symbol `i`.
+    fn at(&self, i: usize) -> u64 {
+        self.offset + i as u64 * 24
+    }
+}
+
+/// The file's symbol tables.
+fn symbol_tables<'d>(
+    data: &'d [u8],
+    shdrs: &[elf::SectionHeader64<LE>],
+    endian: LE,
+) -> Result<Vec<Symbols<'d>>, Unsafe> {
+    shdrs
+        .iter()
+        .filter(|s| matches!(s.sh_type(endian), elf::SHT_SYMTAB | elf::SHT_DYNSYM))
+        .map(|s| {
+            let syms = s
+                .data_as_array::<elf::Sym64<LE>, _>(endian, data)
+                .map_err(|_| unsafe_("a symbol table cannot be read"))?;
+            Ok(Symbols {
+                syms,
+                offset: s.sh_offset(endian),
+                dynamic: s.sh_type(endian) == elf::SHT_DYNSYM,
+            })
+        })
+        .collect()
 }
 
 /// An object's relocations against the section (its section symbol with an
