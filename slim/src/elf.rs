@@ -239,24 +239,21 @@ fn absolute_type(machine: u16, ty: u32) -> bool {
 /// addend made `new target - new_value`, and the word the linker also wrote
 /// at `place` (ld.bfd does, lld does not) when it held the old target.
 /// Whether it pointed into the section.
-#[allow(clippy::too_many_arguments)]
 fn relocate(
+    t: &Target<'_>,
+    map: &Map,
     patches: &mut Patches,
     at: u64,
     place: u64,
     new_value: u64,
     target: u64,
-    remap: &dyn Fn(u64, u64) -> Result<Option<u64>, Unsafe>,
-    addr: u64,
-    file_offset: &dyn Fn(u64) -> Option<u64>,
-    word: &dyn Fn(u64) -> Option<u64>,
 ) -> Result<bool, Unsafe> {
-    let Some(new) = remap(target, addr)? else {
+    let Some(new) = map.remap(target, t.addr)? else {
         return Ok(false);
     };
     patches.u64(at + 16, new.wrapping_sub(new_value));
-    if let Some(w) = file_offset(place) {
-        if word(w) == Some(target) {
+    if let Some(w) = t.file_offset(place) {
+        if t.word(w) == Some(target) {
             patches.u64(w, new);
         }
     }
@@ -660,7 +657,7 @@ impl Layout {
         }
         let block = if split && !room_after(t, table_end) {
             // No room: the sections in the table's way move to the freed bytes.
-            let b = room::block(t.data, t.shdrs, t.phdrs, e, table_end)?;
+            let b = room::block(t.shdrs, t.phdrs, t.names, e, table_end)?;
             if b.offset + b.len > offset {
                 return Err(unsafe_(
                     "the sections in the program header table's way reach the offload section",
@@ -954,9 +951,6 @@ fn patch_relocations(
 ) -> Result<usize, Unsafe> {
     let (e, addr) = (t.endian, t.addr);
     let remap_as = |v, b, p| map.remap_as(v, b, p);
-    let remap = |v, b| map.remap(v, b);
-    let file_offset = |v| t.file_offset(v);
-    let word = |at| t.word(at);
     let relative = relative_type(t.machine);
     let Ok(relas) = s.data_as_array::<elf::Rela64<LE>, _>(e, t.data) else {
         return Err(unsafe_("a relocation section cannot be read"));
@@ -981,20 +975,10 @@ fn patch_relocations(
             continue;
         }
         let rewritten = if Some(ty) == relative && sym == 0 {
-            relocate(
-                patches,
-                at,
-                place,
-                0,
-                addend,
-                &remap,
-                addr,
-                &file_offset,
-                &word,
-            )?
+            relocate(t, map, patches, at, place, 0, addend)?
         } else if sym == 0 {
             // An addend alone (IRELATIVE: a resolver's address).
-            if remap(addend, addr)?.is_some() {
+            if map.remap(addend, addr)?.is_some() {
                 return Err(unsafe_(format!(
                     "a relocation of type {ty} at {place:#x} refers to {addend:#x} in the section, and is not rewritten"
                 )));
@@ -1009,27 +993,18 @@ fn patch_relocations(
             let value = symbol.st_value(e);
             let own = usize::from(symbol.st_shndx(e)) == t.index;
             let target = value.wrapping_add(addend);
-            if symbol.st_shndx(e) == elf::SHN_UNDEF || (!own && remap(target, addr)?.is_none()) {
+            if symbol.st_shndx(e) == elf::SHN_UNDEF || (!own && map.remap(target, addr)?.is_none())
+            {
                 false
             } else if absolute_type(t.machine, ty) {
                 // S + A: the symbol moves (its entry is patched with the
                 // others), the addend keeps the target.
                 let new_value = if own {
-                    remap_as(value, addr, Point::Start)?.unwrap_or(value)
+                    map.remap_as(value, addr, Point::Start)?.unwrap_or(value)
                 } else {
                     value
                 };
-                relocate(
-                    patches,
-                    at,
-                    place,
-                    new_value,
-                    target,
-                    &remap,
-                    addr,
-                    &file_offset,
-                    &word,
-                )?
+                relocate(t, map, patches, at, place, new_value, target)?
             } else {
                 return Err(unsafe_(format!(
                     "a relocation of type {ty} at {place:#x} refers to {target:#x} in the section, and is not rewritten"

@@ -16,6 +16,7 @@
 
 use object::elf;
 use object::read::elf::{ProgramHeader, SectionHeader};
+use object::read::StringTable;
 use object::LittleEndian as LE;
 
 use crate::elf::Unsafe;
@@ -45,10 +46,11 @@ impl Block {
 
 /// The block of sections that must move so that the program header table
 /// (ending at `table_end` in the file) can grow by one entry.
+/// `names` is the section name string table.
 pub(crate) fn block(
-    data: &[u8],
     shdrs: &[elf::SectionHeader64<LE>],
     phdrs: &[elf::ProgramHeader64<LE>],
+    names: Option<StringTable<'_>>,
     endian: LE,
     table_end: u64,
 ) -> Result<Block, Unsafe> {
@@ -105,7 +107,7 @@ pub(crate) fn block(
         if o < start || o >= end {
             continue;
         }
-        if !movable(data, shdrs, endian, s) {
+        if !movable(names, endian, s) {
             return Err(Unsafe::new(format!(
                 "section {i} follows the program header table, which has no room for one more entry, and only headers may point at what moves out of its way"
             )));
@@ -150,16 +152,11 @@ fn is_header_of_sections(ty: u32) -> bool {
 /// Whether a section is found only through headers (patchelf's rule:
 /// `.interp`, or any allocated section that is not program data), and is
 /// neither code nor writable.
-fn movable(
-    data: &[u8],
-    shdrs: &[elf::SectionHeader64<LE>],
-    endian: LE,
-    s: &elf::SectionHeader64<LE>,
-) -> bool {
+fn movable(names: Option<StringTable<'_>>, endian: LE, s: &elf::SectionHeader64<LE>) -> bool {
     let flags = s.sh_flags(endian);
     let alloc = flags & u64::from(elf::SHF_ALLOC) != 0;
     let plain = flags & u64::from(elf::SHF_WRITE | elf::SHF_EXECINSTR) == 0;
-    let interp = section_name(data, shdrs, endian, s) == Some(&b".interp"[..]);
+    let interp = names.and_then(|n| s.name(endian, n).ok()) == Some(&b".interp"[..]);
     alloc
         && plain
         && (interp
@@ -176,27 +173,6 @@ fn movable(
                     | elf::SHT_RELA
                     | elf::SHT_RELR
             ))
-}
-
-fn section_name<'d>(
-    data: &'d [u8],
-    shdrs: &[elf::SectionHeader64<LE>],
-    endian: LE,
-    s: &elf::SectionHeader64<LE>,
-) -> Option<&'d [u8]> {
-    // The ELF header's e_shstrndx, read directly (the caller parsed it).
-    let shstrndx = data
-        .get(0x3e..0x40)
-        .map(|b| u16::from_le_bytes([b[0], b[1]]))?;
-    let strings = shdrs.get(usize::from(shstrndx))?;
-    let table = object::read::StringTable::new(
-        data,
-        strings.sh_offset(endian),
-        strings
-            .sh_offset(endian)
-            .saturating_add(strings.sh_size(endian)),
-    );
-    s.name(endian, table).ok()
 }
 
 /// What besides headers refers into the block, as a reason; `None` when
