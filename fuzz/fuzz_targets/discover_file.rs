@@ -51,6 +51,7 @@ fuzz_target!(|data: &[u8]| {
                     assert!(code.len() as u64 >= c.images()[0].size);
                 }
             }
+            SectionRole::Embedded => panic!("offload_sections lists offload sections only"),
             SectionRole::Registration => {
                 let _ = FatbinWrapper::all(bytes).count();
                 let _ = offload_arch_list(bytes).count();
@@ -68,6 +69,16 @@ fuzz_target!(|data: &[u8]| {
         for (i, image) in c.images().iter().enumerate() {
             let bytes = c.image_bytes(i).expect("object bundle entries lie in the file");
             assert_eq!(bytes.len() as u64, image.size);
+        }
+    }
+    // Containers found among other bytes lie whole inside their section.
+    if let Ok(all) = containers(data, &limits) {
+        for s in all.iter().filter(|s| s.section.role == SectionRole::Embedded) {
+            assert!(!s.containers.is_empty(), "an embedded section without containers");
+            for c in s.containers.iter().flatten() {
+                assert!(c.offset() >= s.section.file_offset);
+                assert!(c.offset() + c.len() <= s.section.file_offset + s.section.size);
+            }
         }
     }
 });

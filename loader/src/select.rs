@@ -204,6 +204,15 @@ pub enum Rejection {
     /// Code that cannot be loaded as is.
     #[error("it holds {0}, which the driver cannot load as is")]
     NotLoadable(&'static str),
+    /// An entry of a kind no rule here models: its container declares it
+    /// neither PTX nor a cubin (nor any kind read here). cuFFT's fat binaries
+    /// hold 93 MB of kind-8 entries, nvJitLink input by all appearances,
+    /// which the library links itself. Never chosen; a rewriter keeps it.
+    #[error(
+        "its container declares a kind of code that is neither PTX nor a cubin, and no rule \
+         for loading it is modelled"
+    )]
+    Unmodelled,
     /// Built for another AMDGPU processor.
     #[error("it is built for {image}, the device is {device}")]
     OtherProcessor {
@@ -594,6 +603,9 @@ fn check_content(
         }
     }
     let code = content.map_or(CodeKind::Unknown, |c| c.code);
+    if image.declared == Some(CodeKind::Unknown) && code == CodeKind::Unknown {
+        return Err(Rejection::Unmodelled);
+    }
     for kind in [Some(code), image.declared] {
         match kind {
             Some(CodeKind::Bitcode) => return Err(Rejection::NotLoadable("LLVM bitcode")),

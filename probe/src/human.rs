@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::report::{ContainerReport, Report};
+use crate::verdict::{Rule, Verdict};
 
 /// Renders `report`; `verbose` lists every rejected image with its reason.
 pub fn render(report: &Report, verbose: bool) -> String {
@@ -46,9 +47,38 @@ pub fn render(report: &Report, verbose: bool) -> String {
         for group in group(&object.containers) {
             render_group(&mut out, report, &group, verbose);
         }
+        for v in &object.verdicts {
+            let _ = writeln!(
+                out,
+                "  => {}: {} ({} rule): {}",
+                report.devices[v.device].target_id,
+                verdict_name(v.verdict),
+                rule_name(v.rule),
+                v.why
+            );
+        }
     }
     render_coverage(&mut out, report);
     out
+}
+
+fn verdict_name(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Loads => "loads",
+        Verdict::Partly => "loads, partly",
+        Verdict::Fails => "FAILS",
+        Verdict::ForOtherGpus => "for other GPUs",
+    }
+}
+
+fn rule_name(r: Rule) -> &'static str {
+    match r {
+        Rule::Hip => "HIP",
+        Rule::Openmp => "OpenMP",
+        Rule::Cuda => "CUDA",
+        Rule::Data => "loaded-as-data",
+        Rule::File => "per-GPU file",
+    }
 }
 
 /// Per device, the files with code of its vendor that have no image for it:
@@ -60,7 +90,8 @@ fn render_coverage(out: &mut String, report: &Report) {
     let mut wrote = false;
     for row in &report.coverage {
         let device = &report.devices[row.device];
-        let total = row.objects_with_image + row.objects_without_image.len();
+        let others = row.objects_for_other_gpus.len();
+        let total = row.objects_with_image + row.objects_without_image.len() + others;
         if total == 0 {
             continue;
         }
@@ -69,11 +100,16 @@ fn render_coverage(out: &mut String, report: &Report) {
             wrote = true;
         }
         let vendor = device.vendor.to_uppercase();
+        let others = if others > 0 {
+            format!(" ({others} for other GPUs: these devices do not load them)")
+        } else {
+            String::new()
+        };
         if row.objects_without_image.is_empty() {
             let _ = writeln!(
                 out,
-                "  {}: all {total} files with {vendor} GPU code have an image",
-                device.target_id
+                "  {}: all {} files with {vendor} GPU code for it can run there{others}",
+                device.target_id, row.objects_with_image
             );
             continue;
         }
@@ -93,7 +129,7 @@ fn render_coverage(out: &mut String, report: &Report) {
         names.dedup();
         let _ = writeln!(
             out,
-            "  {}: {} of {total} files with {vendor} GPU code have no image: {}{more}",
+            "  {}: {} of {total} files with {vendor} GPU code cannot run there: {}{more}{others}",
             device.target_id,
             row.objects_without_image.len(),
             names.join(", ")

@@ -7,6 +7,7 @@ mod inputs;
 mod json;
 mod report;
 mod slim;
+mod verdict;
 mod walk;
 
 use std::io::Write;
@@ -256,17 +257,14 @@ fn exit_status(report: &report::Report, extract_failed: bool) -> ExitCode {
     if input_error || extract_failed {
         return ExitCode::from(2);
     }
-    let missing = report.objects.iter().flat_map(|o| &o.containers).any(|c| {
-        report.devices.iter().enumerate().any(|(d, device)| {
-            let targets_vendor = c.images.iter().any(|i| {
-                offload_loader::target::Triple::parse(&i.triple)
-                    .gpu_vendor()
-                    .is_some_and(|v| v.to_string() == device.vendor)
-            });
-            targets_vendor && c.selected[d].image.is_none() && !c.kernel_less
-        })
-    });
-    ExitCode::from(u8::from(missing))
+    // Exit 1 where a file cannot run on a device by the rule of the runtime
+    // that loads it (see `verdict`).
+    let fails = report
+        .objects
+        .iter()
+        .flat_map(|o| &o.verdicts)
+        .any(|v| v.verdict == verdict::Verdict::Fails);
+    ExitCode::from(u8::from(fails))
 }
 
 /// Writes the selected images of `scope` (or all of them) into `dir`, named

@@ -11,6 +11,8 @@ use offload_loader::{
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::verdict::{Rule, Verdict, VerdictRow};
+
 /// A device the report selects for.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeviceRow {
@@ -63,10 +65,12 @@ pub struct Report {
 pub struct CoverageRow {
     /// Index into `devices`.
     pub device: usize,
-    /// Files in which every container with code of the device's vendor has an image for it.
+    /// Files that can run on it (verdict `loads` or `partly`).
     pub objects_with_image: usize,
-    /// The others, by path.
+    /// Files that cannot (verdict `fails`), by path.
     pub objects_without_image: Vec<String>,
+    /// Files of GPU code for other GPUs only, by path.
+    pub objects_for_other_gpus: Vec<String>,
 }
 
 /// Whether container `c` holds code of `device`'s vendor.
@@ -78,32 +82,24 @@ pub fn targets_vendor(c: &ContainerReport, device: &DeviceRow) -> bool {
     })
 }
 
-/// Coverage of `objects` for each of `devices`: a file serves a device when
-/// each of its selection scopes with code of the device's vendor has an image
-/// for it (the exit status's rule, per file).
+/// Coverage of `objects` for each of `devices`, by their verdicts: files
+/// that can run there, files that cannot, and files of GPU code for other
+/// GPUs (not a failure).
 pub fn coverage(devices: &[DeviceRow], objects: &[ObjectReport]) -> Vec<CoverageRow> {
-    devices
-        .iter()
-        .enumerate()
-        .map(|(d, device)| {
+    (0..devices.len())
+        .map(|d| {
             let mut row = CoverageRow {
                 device: d,
                 objects_with_image: 0,
                 objects_without_image: Vec::new(),
+                objects_for_other_gpus: Vec::new(),
             };
             for o in objects {
-                let mine: Vec<&ContainerReport> = o
-                    .containers
-                    .iter()
-                    .filter(|c| c.error.is_none() && targets_vendor(c, device))
-                    .collect();
-                if mine.is_empty() {
-                    continue;
-                }
-                if mine.iter().all(|c| c.selected[d].image.is_some()) {
-                    row.objects_with_image += 1;
-                } else {
-                    row.objects_without_image.push(o.path.clone());
+                match o.verdicts.iter().find(|v| v.device == d).map(|v| v.verdict) {
+                    Some(Verdict::Loads | Verdict::Partly) => row.objects_with_image += 1,
+                    Some(Verdict::Fails) => row.objects_without_image.push(o.path.clone()),
+                    Some(Verdict::ForOtherGpus) => row.objects_for_other_gpus.push(o.path.clone()),
+                    None => {}
                 }
             }
             row
@@ -126,6 +122,7 @@ impl ObjectReport {
             not_offload_format: false,
             error: Some(format!("{}: {error}", path.display())),
             containers: Vec::new(),
+            verdicts: Vec::new(),
         }
     }
 }
@@ -141,6 +138,9 @@ pub struct ObjectReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub containers: Vec<ContainerReport>,
+    /// Per device it has code for: what it means there, and by which rule.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<VerdictRow>,
 }
 
 /// One container (or a container that failed to parse, with `error`); for
@@ -170,6 +170,9 @@ pub struct ContainerReport {
     /// device without an image in it lacks nothing.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub kernel_less: bool,
+    /// Whose rule says what a device without an image in it means (`null`
+    /// when broken).
+    pub rule: Option<Rule>,
 }
 
 /// A compressed bundle's header.
@@ -257,6 +260,7 @@ pub fn inspect(
         not_offload_format: false,
         error: None,
         containers: Vec::new(),
+        verdicts: Vec::new(),
     };
     // A file that cannot hold offload code is told from its headers alone,
     // without mapping it (most of a library directory).
@@ -297,6 +301,7 @@ pub fn inspect(
             selected: Vec::new(),
             error: None,
             kernel_less: false,
+            rule: None,
         };
         let mut rows = Vec::new();
         for e in found.containers.iter().filter_map(|c| c.as_ref().err()) {
@@ -315,7 +320,9 @@ pub fn inspect(
                     .map(|d| select(&d.target, scope, &Policy::default()))
                     .collect();
                 let failed = visit(scope, &selections);
-                (scope_row(path, scope, selections, row()), failed)
+                let mut row = row();
+                row.rule = Some(Rule::of(&found.section, scope.containers()[0]));
+                (scope_row(path, scope, selections, row), failed)
             })
             .collect();
         for (r, failed) in done {
@@ -325,6 +332,7 @@ pub fn inspect(
         rows.sort_by_key(|r| r.offset);
         report.containers.extend(rows);
     }
+    report.verdicts = crate::verdict::of(&report, devices);
     (report, errors)
 }
 

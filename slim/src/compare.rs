@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, Rela, SectionHeader, Sym};
 use object::LittleEndian as LE;
+use offload_loader::discover::SectionRole;
 use offload_loader::SectionContainers;
 
 type Header = elf::FileHeader64<LE>;
@@ -63,13 +64,21 @@ pub(crate) fn same_behaviour(
 /// Whether every byte outside the offload sections' file ranges is the
 /// same (the files being of one length).
 fn same_outside(original: &[u8], result: &[u8], before: &[SectionContainers<'_>]) -> bool {
+    // An offload section is all offload code; in a section of host data
+    // only its containers are.
     let mut ranges: Vec<(u64, u64)> = before
         .iter()
-        .map(|s| {
-            (
+        .flat_map(|s| match s.section.role {
+            SectionRole::Embedded => s
+                .containers
+                .iter()
+                .flatten()
+                .map(|c| (c.offset(), c.offset() + c.len()))
+                .collect(),
+            _ => vec![(
                 s.section.file_offset,
                 s.section.file_offset + s.section.size,
-            )
+            )],
         })
         .collect();
     ranges.sort_unstable();
@@ -426,8 +435,12 @@ impl Map {
         let mut sections = Vec::new();
         for (i, &j) in pairs.iter().enumerate() {
             let (os, ns) = (&old.shdrs[i], &new.shdrs[j]);
+            // A section of host data with containers in it is compared as
+            // host data: it is rewritten only where it stands, in a pass of
+            // its own (see `same_outside`).
             let b = before.iter().find(|s| {
-                s.section.file_offset == base_old.wrapping_add(os.sh_offset(LE))
+                s.section.role != SectionRole::Embedded
+                    && s.section.file_offset == base_old.wrapping_add(os.sh_offset(LE))
                     && s.section.size == os.sh_size(LE)
                     && os.sh_type(LE) != elf::SHT_NOBITS
                     && os.sh_size(LE) > 0

@@ -81,9 +81,10 @@ impl<'a> Rewrite<'a> {
 
 /// `container` (whose bytes are `bytes`) with the images `keep` says yes to
 /// (by index in [`Container::images`]). A bundle's host entry is kept
-/// always. Keeping none is the caller's call: a container no device needs
-/// is left whole ([`Outcome::Whole`]), but for an offload binary whose
-/// scope is served by others, which may be [`Outcome::Removed`].
+/// always. Keeping none is the caller's call: a bundle no device needs is
+/// left whole ([`Outcome::Whole`]: HIP fails at start-up either way), an
+/// offload binary whose scope is served by others may be
+/// [`Outcome::Removed`], and an NVIDIA fat binary becomes an empty one.
 pub fn rewrite<'a>(
     container: &Container<'a>,
     bytes: &'a [u8],
@@ -100,7 +101,10 @@ pub fn rewrite<'a>(
         .iter()
         .enumerate()
         .any(|(i, image)| kept(i) && image.offload_kind != OffloadKind::Host);
-    if !device_kept {
+    // An NVIDIA fat binary is a module the library or the CUDA runtime
+    // loads when a kernel of it is first needed: one no named device has an
+    // image in fails there as it is, and as the empty fat binary it becomes.
+    if !device_kept && container.format() != Format::NvFatbin {
         if removable && container.format() == Format::OffloadBinary {
             return Rewrite {
                 outcome: Outcome::Removed,

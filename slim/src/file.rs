@@ -24,7 +24,7 @@ use offload_loader::bundle::Bundle;
 use offload_loader::image::CodeKind;
 use offload_loader::target::Vendor;
 use offload_loader::{
-    select, DeviceTarget, ImageSource, Limits, MappedFile, Policy, SectionContainers,
+    select, DeviceTarget, ImageSource, Limits, MappedFile, Policy, Rejection, SectionContainers,
 };
 
 use crate::{ContainerReport, Outcome};
@@ -492,6 +492,10 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
                 }
                 for (i, why) in &selection.rejected {
                     if let Some((c, j)) = scope.locate(*i) {
+                        // What no rule here models stays: the library may load it.
+                        if *why == Rejection::Unmodelled {
+                            keep.insert((c.offset(), j));
+                        }
                         reasons
                             .entry((c.offset(), j))
                             .or_default()
@@ -695,7 +699,17 @@ impl Code {
         limits: &Limits,
     ) -> Result<std::borrow::Cow<'x, [u8]>, String> {
         let bad = |e: offload_loader::Error| format!("the container at {:#x}: {e}", c.offset());
+        // A fat binary's entries are kept as stored: compared so, header
+        // and payload, without inflating them.
+        let stored = c
+            .nv_fatbin()
+            .zip(c.nv_entry(i))
+            .and_then(|(fatbin, entry)| {
+                let at = fatbin.entries().iter().position(|e| e == entry)?;
+                fatbin.stored(at)
+            });
         match self {
+            Code::Each if stored.is_some() => Ok(stored.unwrap_or_default().into()),
             Code::Each => c.take_image(i).map_err(bad),
             Code::Inflated(bytes) => {
                 let bundle = Bundle::parse(bytes, limits).map_err(bad)?;

@@ -118,7 +118,10 @@ pub fn slim<'a>(
     let mut left = Vec::new();
     let mut candidates: Vec<Candidate<'a>> = Vec::new();
     for (si, s) in sections.iter().enumerate() {
-        if s.section.role != SectionRole::Containers {
+        if !matches!(
+            s.section.role,
+            SectionRole::Containers | SectionRole::Embedded
+        ) {
             continue;
         }
         let name = labels[si].clone();
@@ -188,6 +191,7 @@ pub fn slim<'a>(
                 placed,
                 in_place,
                 freed,
+                among_host_data: s.section.role == SectionRole::Embedded,
             });
         }
     }
@@ -246,6 +250,9 @@ struct Candidate<'a> {
     in_place: Vec<Result<container::InPlace<'a>, &'static str>>,
     /// Bytes its containers shrink by.
     freed: u64,
+    /// Whether its containers lie among host data ([`SectionRole::Embedded`]):
+    /// only rewritten where they stand, since the bytes between them stay.
+    among_host_data: bool,
 }
 
 /// What became of the candidate sections: left (with why), compacted (or
@@ -349,7 +356,7 @@ fn file_output<'a>(
             done.deferred.push(name);
             continue;
         }
-        let compacted = compact(data, s.file_offset, s.size, c.placed, c.in_place);
+        let compacted = rewrite(data, s.file_offset, s.size, c);
         output = done.record(name, s.file_offset, compacted);
     }
     output
@@ -390,7 +397,7 @@ fn archive_output<'a>(
             continue;
         }
         let bytes = &data[m.data as usize..(m.data + m.size) as usize];
-        let compacted = compact(bytes, s.file_offset - m.data, s.size, c.placed, c.in_place);
+        let compacted = rewrite(bytes, s.file_offset - m.data, s.size, c);
         if let Some(out) = done.record(name, s.file_offset, compacted) {
             new.insert(mi, out);
         }
@@ -422,6 +429,25 @@ enum Compacted<'a> {
         bytes: u64,
         whole: Vec<(u64, &'static str)>,
     },
+}
+
+/// `data` (a whole file or an archive member) with the section of `c` at
+/// `offset` rewritten: compacted, or, for containers among host data, where
+/// they stand.
+fn rewrite<'a>(
+    data: &'a [u8],
+    offset: u64,
+    size: u64,
+    c: Candidate<'a>,
+) -> Result<Option<Compacted<'a>>, Unsafe> {
+    if c.among_host_data {
+        let why = Unsafe::new(
+            "its containers lie among host data, which stays where it is: they are rewritten \
+             where they stand",
+        );
+        return holes(data, offset, size, c.placed, c.in_place, why);
+    }
+    compact(data, offset, size, c.placed, c.in_place)
 }
 
 /// `data` (a whole file or an archive member) with its section at `offset`

@@ -141,6 +141,21 @@ pub fn containers<'a>(
             containers: vec![found],
         }
     });
+    let embedded = embedded_sections(data).into_iter().filter_map(|section| {
+        let start = section.file_offset as usize;
+        let bytes = &data[start..start + section.size as usize];
+        let found = super::embedded::find(bytes, limits);
+        (!found.is_empty()).then(|| SectionContainers {
+            containers: found
+                .into_iter()
+                .map(|mut c| {
+                    c.rebase(section.file_offset);
+                    Ok(c)
+                })
+                .collect(),
+            section,
+        })
+    });
     Ok(sections
         .into_iter()
         .filter(|s| matches!(s.role, SectionRole::Containers | SectionRole::Image))
@@ -169,7 +184,35 @@ pub fn containers<'a>(
         })
         .chain(object_bundles)
         .chain(descriptor)
+        .chain(embedded)
         .collect())
+}
+
+/// The sections of `data` (a whole file) searched for containers among other
+/// bytes (see `embedded`): those of an ELF file, or of each ELF member of an
+/// archive.
+fn embedded_sections(data: &[u8]) -> Vec<OffloadSection> {
+    match FileKind::parse(data) {
+        Ok(FileKind::Elf64) => super::embedded::sections(data, 0, None),
+        Ok(FileKind::Archive) => {
+            let Ok(archive) = ArchiveFile::parse(data) else {
+                return Vec::new();
+            };
+            let mut out = Vec::new();
+            for member in archive.members().flatten() {
+                let Ok(bytes) = member.data(data) else {
+                    continue;
+                };
+                if bytes.starts_with(crate::magic::ELF) {
+                    let name = String::from_utf8_lossy(member.name());
+                    let offset = member.file_range().0;
+                    out.extend(super::embedded::sections(bytes, offset, Some(&name)));
+                }
+            }
+            out
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// `path` opened without blocking (a named pipe would wait for a writer),
@@ -395,17 +438,9 @@ fn elf_sections(
         .section(object::SectionIndex(names_index as usize))
         .and_then(|h| h.data(endian, data))
         .map_err(object_error(base))?;
-    // `__nv_relfatbin` holds the relocatable device code of an `nvcc -rdc`
-    // object; linked files keep it too, but cuobjdump ignores it there.
-    let relocatable = header.e_type(endian) == object::elf::ET_REL;
     let mut out = Vec::new();
     for header in sections.iter() {
-        let Some(role) = section_role(names, header.sh_name(endian), header.sh_type(endian))
-            .filter(|&(role, relfatbin)| {
-                role != SectionRole::Containers || !relfatbin || relocatable
-            })
-            .map(|(role, _)| role)
-        else {
+        let Some(role) = section_role(names, header.sh_name(endian), header.sh_type(endian)) else {
             continue;
         };
         let name = sections

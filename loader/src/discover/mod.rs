@@ -6,6 +6,7 @@
 //! so the pages of images nobody asks for are never touched.
 
 mod descriptor;
+mod embedded;
 pub mod file;
 mod quick;
 
@@ -54,11 +55,20 @@ pub enum SectionRole {
     /// One GPU image on its own (a whole file or archive member): an AMDGPU
     /// code object, a cubin, PTX text.
     Image,
+    /// A section of host data (`.ldata`, `.rodata`, a library's own section)
+    /// with containers found in it by their content, among bytes that are not
+    /// theirs: the program loads them itself (as data, or through a
+    /// registration wrapper that points there). Only the containers are GPU
+    /// code; a rewriter keeps every other byte where it is.
+    Embedded,
 }
 
-/// The section of relocatable device code in `nvcc -rdc=true -c` objects: NVIDIA
-/// fat binaries, read (as `cuobjdump` reads it) in relocatable objects and
-/// archive members only; in linked files its code is already in `.nv_fatbin`.
+/// The section of relocatable device code in `nvcc -rdc=true -c` objects:
+/// NVIDIA fat binaries. Linked files keep it too, and there it is live: each
+/// object's `.nvFatBinSegment` wrapper points into it (what
+/// `__cudaRegisterLinkedBinary` is handed; NCCL's 129 fat binaries for 8
+/// architectures, 216 MB, are there), though `cuobjdump` reads it in
+/// relocatable objects only.
 pub const NV_RELFATBIN: &str = "__nv_relfatbin";
 
 /// A section (or a whole raw file) that holds offload data.
@@ -171,15 +181,10 @@ impl std::error::Error for FileError {
 }
 
 /// What the section whose name starts at `name_at` in the section names
-/// `names`, of type `sh_type`, holds: its role, and whether it is
-/// `__nv_relfatbin` (read in relocatable objects only). Names are compared
+/// `names`, of type `sh_type`, holds. Names are compared
 /// in place, without finding their end first: most sections of a library or
 /// an archive member are not offload sections, and this is run on each.
-pub(crate) fn section_role(
-    names: &[u8],
-    name_at: u32,
-    sh_type: u32,
-) -> Option<(SectionRole, bool)> {
+pub(crate) fn section_role(names: &[u8], name_at: u32, sh_type: u32) -> Option<SectionRole> {
     let name = names.get(usize::try_from(name_at).ok()?..)?;
     // Every name below starts with one of these: other sections (`.text`,
     // `.rela.data`, `.note.gnu.build-id`, `.hash`) are told apart by their
@@ -201,14 +206,15 @@ pub(crate) fn section_role(
         return None;
     }
     let is = |s: &str| name.starts_with(s.as_bytes()) && name.get(s.len()) == Some(&0);
-    if sh_type == SHT_LLVM_OFFLOADING || CONTAINER_SECTIONS.iter().any(|s| is(s)) {
-        Some((SectionRole::Containers, false))
-    } else if is(NV_RELFATBIN) {
-        Some((SectionRole::Containers, true))
+    if sh_type == SHT_LLVM_OFFLOADING
+        || CONTAINER_SECTIONS.iter().any(|s| is(s))
+        || is(NV_RELFATBIN)
+    {
+        Some(SectionRole::Containers)
     } else if REGISTRATION_SECTIONS.iter().any(|s| is(s)) {
-        Some((SectionRole::Registration, false))
+        Some(SectionRole::Registration)
     } else if name.starts_with(OBJECT_BUNDLE_PREFIX.as_bytes()) {
-        Some((SectionRole::BundleEntry, false))
+        Some(SectionRole::BundleEntry)
     } else {
         None
     }

@@ -270,6 +270,13 @@ fn elf_may_hold(reads: &mut Reads<'_>, base: u64, end: u64, before: u64, ahead: 
     else {
         return true;
     };
+    let large_data = headers.iter().any(|h| {
+        super::embedded::searched(h.sh_type(endian), h.sh_flags(endian))
+            && h.sh_size(endian) >= super::embedded::LARGE_DATA
+    });
+    if large_data {
+        return true;
+    }
     let fields = |h: &SectionHeader64<Endianness>| (h.sh_name(endian), h.sh_type(endian));
     // The names, where the tail holds them (as linkers place them).
     if let Some(names) = names_at

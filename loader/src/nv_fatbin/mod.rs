@@ -336,6 +336,16 @@ impl<'a> NvFatbin<'a> {
         &self.entries
     }
 
+    /// Entry `index` as stored, its header and payload (compressed or not),
+    /// or `None` for a member of a `--concat` group, which has no bytes of
+    /// its own.
+    pub fn stored(&self, index: usize) -> Option<&'a [u8]> {
+        let e = self.entries.get(index).filter(|e| e.group.is_none())?;
+        let end = e.offset.checked_add(e.stored_size)?;
+        self.data
+            .get(usize::try_from(e.header_offset).ok()?..usize::try_from(end).ok()?)
+    }
+
     fn entry(&self, index: usize) -> Result<&Entry> {
         self.entries.get(index).ok_or(Error::new(
             0,

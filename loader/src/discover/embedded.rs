@@ -1,0 +1,263 @@
+//! Containers found by what they are among other bytes: libraries that keep
+//! GPU code outside the sections named for it and load it themselves, as
+//! data (`cuModuleLoadData` of a fat binary, `hipModuleLoadData` of a
+//! bundle), or register it from a section of their own. Seen in PyPI's CUDA
+//! libraries: cuFFT keeps 24,453 fat binaries in `.ldata` (CUDA 13: `.data`),
+//! cuBLASLt 469 in `.cask_resource`, NCCL 129 in a linked `__nv_relfatbin`
+//! that its `.nvFatBinSegment` wrappers point to.
+//!
+//! Every byte-holding section that is neither code, nor a table the linker
+//! or loader reads (symbols, strings, relocations, hashes, notes, dynamic),
+//! nor debug information, nor already an offload section, is searched for the
+//! four container magics. A match counts only when the whole container
+//! parses: its header, and every entry of its table within its bytes and the
+//! [`Limits`] (a random 4-byte match does not become a container). The
+//! search resumes after each container found, so the bytes of the
+//! containers themselves are never searched, only their headers read; and
+//! overlapping section headers are searched once.
+
+use memchr::memmem::Finder;
+use object::elf::{self, FileHeader64};
+use object::read::elf::{FileHeader, SectionHeader};
+use object::Endianness;
+
+use super::{section_role, OffloadSection, SectionRole};
+use crate::container::{Container, Format};
+use crate::limits::Limits;
+use crate::magic;
+
+/// Sections of these types hold what the linker and the dynamic loader
+/// read, never data a program loads as GPU code.
+const STRUCTURAL: &[u32] = &[
+    elf::SHT_NULL,
+    elf::SHT_NOBITS,
+    elf::SHT_SYMTAB,
+    elf::SHT_DYNSYM,
+    elf::SHT_STRTAB,
+    elf::SHT_RELA,
+    elf::SHT_REL,
+    elf::SHT_RELR,
+    elf::SHT_HASH,
+    elf::SHT_GNU_HASH,
+    elf::SHT_DYNAMIC,
+    elf::SHT_NOTE,
+    elf::SHT_GROUP,
+    elf::SHT_SYMTAB_SHNDX,
+    elf::SHT_INIT_ARRAY,
+    elf::SHT_FINI_ARRAY,
+    elf::SHT_PREINIT_ARRAY,
+    elf::SHT_GNU_VERSYM,
+    elf::SHT_GNU_VERDEF,
+    elf::SHT_GNU_VERNEED,
+];
+
+/// Whether a section of type `sh_type` with `flags` is searched: data, not
+/// code nor a table the linker or loader reads.
+pub(super) fn searched(sh_type: u32, flags: u64) -> bool {
+    !STRUCTURAL.contains(&sh_type) && flags & u64::from(elf::SHF_EXECINSTR) == 0
+}
+
+/// A file with a searched section this large may hold GPU code as data,
+/// whatever its section names say: the quick look of a directory scan maps
+/// it (CUDA 13's cuFFT names no offload section, and keeps 216 MB of fat
+/// binaries in `.data`); smaller data is searched in files mapped anyway.
+pub(super) const LARGE_DATA: u64 = 1 << 20;
+
+/// The smallest container: an NVIDIA fat binary's 16-byte header.
+const SMALLEST: u64 = 16;
+
+/// The sections of the ELF file `data` (at `base` in the file) that may hold
+/// containers among other bytes, as [`SectionRole::Embedded`] sections, in
+/// file order, each range searched once (a section overlapping one before it
+/// keeps only its bytes past it). Offload sections, known by name, are not
+/// among them.
+pub(super) fn sections(data: &[u8], base: u64, member: Option<&str>) -> Vec<OffloadSection> {
+    let Ok(header) = FileHeader64::<Endianness>::parse(data) else {
+        return Vec::new();
+    };
+    let Ok(endian) = header.endian() else {
+        return Vec::new();
+    };
+    let (Ok(table), Ok(names_index)) =
+        (header.sections(endian, data), header.shstrndx(endian, data))
+    else {
+        return Vec::new();
+    };
+    let names = table
+        .section(object::SectionIndex(names_index as usize))
+        .and_then(|h| h.data(endian, data))
+        .unwrap_or_default();
+    let mut out: Vec<OffloadSection> = Vec::new();
+    for s in table.iter() {
+        let sh_type = s.sh_type(endian);
+        if !searched(sh_type, s.sh_flags(endian))
+            || section_role(names, s.sh_name(endian), sh_type).is_some()
+        {
+            continue;
+        }
+        let name = table.section_name(endian, s).unwrap_or_default();
+        if name.starts_with(b".debug") || name.starts_with(b".zdebug") {
+            continue;
+        }
+        let Some((offset, size)) = s.file_range(endian) else {
+            continue;
+        };
+        let Some(end) = offset.checked_add(size).filter(|&e| e <= data.len() as u64) else {
+            continue;
+        };
+        if size >= SMALLEST {
+            out.push(OffloadSection {
+                member: member.map(Into::into),
+                name: String::from_utf8_lossy(name).into_owned(),
+                role: SectionRole::Embedded,
+                file_offset: base + offset,
+                size: end - offset,
+                address: s.sh_addr(endian),
+            });
+        }
+    }
+    out.sort_by_key(|s| s.file_offset);
+    searched_once(out)
+}
+
+/// `sections` (sorted by offset) with each byte in one of them only: a
+/// section that starts inside an earlier one keeps its part past it, or is
+/// dropped. Bounds the search by the file's length, whatever the headers say.
+fn searched_once(sections: Vec<OffloadSection>) -> Vec<OffloadSection> {
+    let mut out: Vec<OffloadSection> = Vec::with_capacity(sections.len());
+    let mut covered = 0u64;
+    for mut s in sections {
+        let end = s.file_offset + s.size;
+        if end <= covered {
+            continue;
+        }
+        if s.file_offset < covered {
+            s.address = s.address.saturating_add(covered - s.file_offset);
+            s.size = end - covered;
+            s.file_offset = covered;
+        }
+        covered = end;
+        if s.size >= SMALLEST {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// Every whole container in `bytes`, with offsets relative to `bytes`.
+pub(super) fn find<'a>(bytes: &'a [u8], limits: &Limits) -> Vec<Container<'a>> {
+    let magics: [&[u8]; 4] = [
+        magic::NV_FATBIN,
+        magic::BUNDLE,
+        magic::COMPRESSED_BUNDLE,
+        magic::OFFLOAD_BINARY,
+    ];
+    let finders = magics.map(Finder::new);
+    // The next match of each magic at or after `pos`, kept until passed.
+    let mut next: [Option<usize>; 4] = [Some(0); 4];
+    let mut found = Vec::new();
+    let mut pos = 0usize;
+    while pos < bytes.len() {
+        for (n, finder) in next.iter_mut().zip(&finders) {
+            if n.is_some_and(|at| at < pos) {
+                *n = finder.find(&bytes[pos..]).map(|at| pos + at);
+            }
+        }
+        let Some(start) = next.iter().flatten().copied().min() else {
+            break;
+        };
+        pos = match whole(&bytes[start..], limits) {
+            Some(mut c) => {
+                c.rebase(start as u64);
+                let end = start + c.len() as usize;
+                found.push(c);
+                end
+            }
+            None => start + 1,
+        };
+    }
+    found
+}
+
+/// The container at the start of `bytes`, if all of it reads: its header and
+/// table, with at least one image; or an empty NVIDIA fat binary (16 bytes
+/// no other data has by chance: what `slim` leaves of a module no device
+/// loads).
+fn whole<'a>(bytes: &'a [u8], limits: &Limits) -> Option<Container<'a>> {
+    let c = Container::parse(bytes, limits).ok()?;
+    let fits = c.len() >= SMALLEST && c.len() <= bytes.len() as u64;
+    let empty_fatbin = c.format() == Format::NvFatbin && c.len() == SMALLEST;
+    (fits && (!c.images().is_empty() || empty_fatbin)).then_some(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-entry fat binary holding `payload` as a cubin for sm_`sm`.
+    fn fatbin(sm: u32, payload: &[u8]) -> Vec<u8> {
+        let mut entry = Vec::new();
+        entry.extend(2u16.to_le_bytes()); // kind: ELF
+        entry.extend(0x0101u16.to_le_bytes()); // version
+        entry.extend(64u32.to_le_bytes()); // header size
+        entry.extend((payload.len() as u64).to_le_bytes()); // padded size
+        entry.extend((payload.len() as u32).to_le_bytes()); // stored size
+        entry.extend(0u32.to_le_bytes()); // no options block
+        entry.extend([0, 0, 8, 0]); // code version: u16 minor 0, u16 major 8
+        entry.extend(sm.to_le_bytes());
+        entry.extend([0u8; 8]); // object name offset, length
+        entry.extend(0u64.to_le_bytes()); // flags: not compressed
+        entry.extend(0u64.to_le_bytes());
+        entry.extend(0u64.to_le_bytes()); // uncompressed size
+        entry.resize(64, 0);
+        entry.extend(payload);
+        let mut out = magic::NV_FATBIN.to_vec();
+        out.extend(1u16.to_le_bytes());
+        out.extend(16u16.to_le_bytes());
+        out.extend((entry.len() as u64).to_le_bytes());
+        out.extend(entry);
+        out
+    }
+
+    #[test]
+    fn containers_among_other_bytes_are_found_and_stray_magics_are_not() {
+        let one = fatbin(80, &[0xaa; 32]);
+        let two = fatbin(90, &[0xbb; 48]);
+        let mut data = b"host data \x50\xed\x55\xba and more".to_vec();
+        let at_one = data.len();
+        data.extend(&one);
+        data.extend(b"\x50\xed\x55\xba\x01\x00\x10\x00\xff\xff\xff\xff\xff\xff\xff\x7f");
+        data.extend(b"CCOB__CLANG_OFFLOAD_BUNDLE__\x10\xff\x10\xad");
+        let at_two = data.len();
+        data.extend(&two);
+        data.extend(b"tail");
+        let found = find(&data, &Limits::default());
+        let at: Vec<(u64, u64)> = found.iter().map(|c| (c.offset(), c.len())).collect();
+        assert_eq!(
+            at,
+            [
+                (at_one as u64, one.len() as u64),
+                (at_two as u64, two.len() as u64)
+            ]
+        );
+        assert_eq!(found[1].images()[0].arch.to_string(), "sm_90");
+    }
+
+    #[test]
+    fn overlapping_sections_are_searched_once() {
+        let s = |file_offset, size| OffloadSection {
+            member: None,
+            name: String::new(),
+            role: SectionRole::Embedded,
+            file_offset,
+            size,
+            address: 0x1000 + file_offset,
+        };
+        let kept = searched_once(vec![s(0, 100), s(0, 100), s(50, 100), s(60, 20), s(200, 8)]);
+        let ranges: Vec<(u64, u64, u64)> = kept
+            .iter()
+            .map(|s| (s.file_offset, s.size, s.address))
+            .collect();
+        assert_eq!(ranges, [(0, 100, 0x1000), (100, 50, 0x1064)]);
+    }
+}
