@@ -7,6 +7,7 @@ mod support;
 
 use std::path::Path;
 
+use offload_loader::discover::SectionRole;
 use offload_loader::{select, CodeKind, DeviceTarget, Limits, MappedFile, Policy};
 use support::{Cuda, NvOutput};
 
@@ -24,12 +25,20 @@ struct Listed {
     code: Option<Vec<u8>>,
 }
 
-/// Everything the loader finds in `path`, in file order; the code of each
-/// image too when `with_code`.
+/// What the loader finds in `path` where `cuobjdump` looks (`.nv_fatbin`,
+/// raw files, and `__nv_relfatbin` of relocatable objects only: not the
+/// containers found among host data, nor a linked file's `__nv_relfatbin`),
+/// in file order; the code of each image too when `with_code`.
 fn listed(path: &Path, with_code: bool) -> Vec<Listed> {
     let file = MappedFile::open(path).unwrap();
+    // Relocatable: an object, or an archive (of objects).
+    let relocatable = file.bytes().get(16) == Some(&1) || file.bytes().starts_with(b"!<arch>");
     let mut out = Vec::new();
     for section in file.containers(&Limits::default()).unwrap() {
+        let linked_relfatbin = section.section.name == "__nv_relfatbin" && !relocatable;
+        if section.section.role == SectionRole::Embedded || linked_relfatbin {
+            continue;
+        }
         for c in section.containers {
             let c = c.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             for (i, image) in c.images().iter().enumerate() {
@@ -307,7 +316,9 @@ fn rdc_objects_archives_and_linked_files() {
         same_as_cuobjdump(&cuda, &linked);
     }
     // An -rdc executable keeps its objects' __nv_relfatbin beside the linked
-    // .nv_fatbin; cuobjdump (and the loader) read only the linked code.
+    // .nv_fatbin, and a wrapper of .nvFatBinSegment points into it (what
+    // __cudaRegisterLinkedBinary is handed): the loader lists it, cuobjdump
+    // reads only the linked code.
     let linked_rdc = cuda.nvcc(&["-rdc=true", "-arch=sm_80"], NvOutput::Executable);
     let file = MappedFile::open(&linked_rdc).unwrap();
     let names: Vec<String> = file
@@ -316,7 +327,7 @@ fn rdc_objects_archives_and_linked_files() {
         .into_iter()
         .map(|s| s.name)
         .collect();
-    assert!(!names.iter().any(|n| n == "__nv_relfatbin"), "{names:?}");
+    assert!(names.iter().any(|n| n == "__nv_relfatbin"), "{names:?}");
     same_as_cuobjdump(&cuda, &linked_rdc);
     let fatbin = cuda.nvcc(MULTI, NvOutput::Fatbin);
     same_as_cuobjdump(&cuda, &fatbin);

@@ -219,7 +219,14 @@ fn relative_words(f: &Elf<'_>) -> std::collections::BTreeMap<u64, u64> {
 /// pointers mapped and their entry-table pointers the same.
 fn omp_table(old: &Elf<'_>, new: &Elf<'_>, map: &Map) -> Result<Option<OmpTable>, String> {
     let (ow, nw) = (relative_words(old), relative_words(new));
-    let into = |v: u64| map.inside(v).is_some();
+    // OpenMP's images are in its offload sections, not among host data.
+    let into = |v: u64| {
+        map.inside(v).is_some()
+            && !map
+                .among_host_data
+                .iter()
+                .any(|&(s, l)| v >= s && v - s <= l)
+    };
     let slots: Vec<u64> = ow
         .iter()
         .filter(|(&at, &v)| {
@@ -405,6 +412,8 @@ struct Map {
     moved: Vec<(u64, u64, u64)>,
     /// The original's offload sections, by index.
     sections: Vec<usize>,
+    /// The old places of the containers among host data: (address, size).
+    among_host_data: Vec<(u64, u64)>,
 }
 
 impl Map {
@@ -431,6 +440,7 @@ impl Map {
             }
         };
         let mut offload = Vec::new();
+        let mut among_host_data = Vec::new();
         let mut moved = Vec::new();
         let mut sections = Vec::new();
         for (i, &j) in pairs.iter().enumerate() {
@@ -446,6 +456,34 @@ impl Map {
                     && os.sh_size(LE) > 0
             });
             let Some(b) = b else {
+                // Containers among host data: each its own offload range.
+                let (of, nf) = (
+                    base_old.wrapping_add(os.sh_offset(LE)),
+                    base_new.wrapping_add(ns.sh_offset(LE)),
+                );
+                for c in embedded_in(before, of, os.sh_size(LE)) {
+                    let k = kept
+                        .iter()
+                        .find(|k| k.old == c.offset())
+                        .ok_or("a container among host data is not in the result")?;
+                    let nc = after
+                        .iter()
+                        .flat_map(|s| s.containers.iter().flatten())
+                        .find(|n| n.offset() == k.new)
+                        .ok_or("a container among host data was not read back")?;
+                    let (oa, na) = (
+                        place(old, i).wrapping_add(c.offset().wrapping_sub(of)),
+                        place(new, j).wrapping_add(k.new.wrapping_sub(nf)),
+                    );
+                    // Rewritten where it stands: its new bytes, then zeros to
+                    // its old end, where a pointer to its end still points.
+                    let ol = c.len();
+                    let same = ol == nc.len()
+                        && span(old.data, k.old, base_old, ol)
+                            == span(new.data, k.new, base_new, ol);
+                    offload.push(((oa, ol, na, ol), vec![(oa, ol, na, ol, same)]));
+                    among_host_data.push((oa, ol));
+                }
                 if !object && os.sh_addr(LE) != ns.sh_addr(LE) {
                     moved.push((os.sh_addr(LE), os.sh_size(LE), ns.sh_addr(LE)));
                 }
@@ -485,6 +523,7 @@ impl Map {
         }
         Ok(Map {
             offload,
+            among_host_data,
             moved,
             sections,
         })
@@ -557,6 +596,22 @@ impl Map {
             .iter()
             .any(|&((s, l, _, _), _)| v >= s && v - s < l)
     }
+}
+
+/// The containers found among host data in the file range `at..at + size`.
+fn embedded_in<'s, 'a>(
+    sections: &'s [SectionContainers<'a>],
+    at: u64,
+    size: u64,
+) -> impl Iterator<Item = &'s offload_loader::Container<'a>> {
+    sections
+        .iter()
+        .filter(move |s| {
+            s.section.role == SectionRole::Embedded
+                && s.section.file_offset >= at
+                && s.section.file_offset + s.section.size <= at.saturating_add(size)
+        })
+        .flat_map(|s| s.containers.iter().flatten())
 }
 
 /// `len` bytes of `data` at `at` (an offset in the archive `data` is a
@@ -866,6 +921,10 @@ fn memory(
         {
             skip.push((a, a.saturating_add(s.sh_size(LE))));
         }
+    }
+    // Containers among host data: the containers only.
+    for &(a, l) in &map.among_host_data {
+        skip.push((a, a.saturating_add(l)));
     }
     if let Some(t) = table {
         skip.push((t.start, t.start.saturating_add(t.entries * 32)));

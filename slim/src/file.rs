@@ -611,15 +611,17 @@ fn same_selections(
 /// Whether `after` holds exactly the images the `containers` reports keep
 /// from `before`, in order, each with its ID and byte for byte (a container
 /// without a report, or left whole, keeps every image; one removed, none);
-/// where each is. Every container but a removed one has its counterpart in
-/// the result, in order; a compressed bundle is inflated once on each side
-/// (without the hash check: the bytes are compared instead).
+/// where each is, and where each container that stays is (one that keeps
+/// no image included: an emptied fat binary). Every container but a removed
+/// one has its counterpart in the result, in order; a compressed bundle is
+/// inflated once on each side (without the hash check: the bytes are
+/// compared instead).
 fn same_kept(
     before: &[SectionContainers<'_>],
     containers: &[ContainerSummary],
     after: &[SectionContainers<'_>],
     limits: &Limits,
-) -> Result<Pairs, String> {
+) -> Result<(Pairs, Vec<crate::compare::Kept>), String> {
     let reports: BTreeMap<u64, &ContainerSummary> =
         containers.iter().map(|c| (c.report.offset, c)).collect();
     let mut want = Vec::new();
@@ -646,7 +648,12 @@ fn same_kept(
         ..*limits
     };
     let mut pairs = Pairs::new();
+    let mut stay = Vec::new();
     for ((bc, kept), ac) in want.into_iter().zip(got) {
+        stay.push(crate::compare::Kept {
+            old: bc.offset(),
+            new: ac.offset(),
+        });
         if kept.len() != ac.images().len() {
             return Err(format!(
                 "the container at {:#x} of the result holds {} images, {} were to stay",
@@ -670,7 +677,7 @@ fn same_kept(
             pairs.insert((bc.offset(), bi), (ac.offset(), ai));
         }
     }
-    Ok(pairs)
+    Ok((pairs, stay))
 }
 
 /// A container's images, for comparing: a compressed bundle inflated once;
@@ -809,14 +816,9 @@ fn verify(
         &new_sections,
         &options.limits,
     )
-    .and_then(|pairs| {
+    .and_then(|(pairs, kept)| {
         same_selections(expected.chosen, &pairs, &new_sections, &options.devices)?;
         // Outside the GPU code: loads as the original did.
-        let mut kept: Vec<crate::compare::Kept> = pairs
-            .iter()
-            .map(|(&(old, _), &(new, _))| crate::compare::Kept { old, new })
-            .collect();
-        kept.dedup_by_key(|k| k.old);
         crate::compare::same_behaviour(
             original,
             expected.sections,
@@ -1075,7 +1077,7 @@ mod tests {
         // A device that selects another of the kept images than it did.
         let result = MappedFile::open(&right).unwrap();
         let after = result.containers(&options.limits).unwrap();
-        let pairs = same_kept(&sections, &report.containers, &after, &options.limits).unwrap();
+        let (pairs, _) = same_kept(&sections, &report.containers, &after, &options.limits).unwrap();
         assert!(same_selections(&plan.chosen, &pairs, &after, &options.devices).is_ok());
         let mut wrong = pairs.clone();
         for v in wrong.values_mut() {
