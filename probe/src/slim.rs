@@ -315,12 +315,20 @@ fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<String>) {
     let firsts = tree.map(Tree::firsts);
     let jobs = found
         .into_iter()
+        .map(|(path, key, also)| {
+            let (path, also) = regular_first(path, also);
+            (path, key, also)
+        })
         .filter_map(|(path, key, also)| {
             let destination = match &firsts {
                 Some(firsts) => Destination::To(firsts.get(&key)?.to_path_buf()),
                 None => in_place(&path, &also, args.remove_other_gpu_files),
             };
-            let links = also.into_iter().filter(|p| is_symlink(p)).collect();
+            let links = std::iter::once(&path)
+                .chain(&also)
+                .filter(|p| is_symlink(p))
+                .cloned()
+                .collect();
             Some(Job {
                 path,
                 key,
@@ -330,6 +338,22 @@ fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<String>) {
         })
         .collect();
     (jobs, errors)
+}
+
+/// The file's names with the first that is not a symbolic link first (if
+/// any is): the name it is reported and slimmed under.
+fn regular_first(path: PathBuf, mut also: Vec<PathBuf>) -> (PathBuf, Vec<PathBuf>) {
+    if !is_symlink(&path) {
+        return (path, also);
+    }
+    match also.iter().position(|p| !is_symlink(p)) {
+        Some(at) => {
+            let first = also.remove(at);
+            also.insert(0, path);
+            (first, also)
+        }
+        None => (path, also),
+    }
 }
 
 /// In place: over the file, and over its other names that are not
