@@ -237,14 +237,16 @@ fn remove_links(job: &Job, r: &mut FileReport) {
 }
 
 /// What slim made of each file, for the output tree: a result at its first
-/// place (a dry run: one that would be), or left out for other GPUs; a file
-/// not here (no GPU code, nothing to change, an error) is copied.
+/// place (a dry run: one that would be), left out for other GPUs, or left
+/// out for an error; a file not here (no GPU code, nothing to change) is
+/// copied.
 fn fates(jobs: &[Job], reports: &[FileReport], dry_run: bool) -> BTreeMap<Key, Fate> {
     jobs.iter()
         .zip(reports)
-        .filter(|(_, r)| r.error.is_none())
         .filter_map(|(job, r)| {
-            let fate = if r.other_gpus.is_some() {
+            let fate = if r.error.is_some() {
+                Fate::Failed
+            } else if r.other_gpus.is_some() {
                 Fate::OtherGpus
             } else if r.written || (dry_run && r.changes()) {
                 Fate::Slimmed

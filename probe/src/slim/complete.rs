@@ -16,6 +16,9 @@ use super::tree::{Entry, Key, Kind, Tree};
 /// Why a file is left out: it is for other GPUs (reported with the file).
 pub const FOR_OTHER_GPUS: &str = "for other GPUs";
 
+/// Why a file is left out: slimming it failed (said with the file).
+const FAILED: &str = "slimming it failed (said above): not copied";
+
 /// What slim made of a file of the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fate {
@@ -23,6 +26,9 @@ pub enum Fate {
     Slimmed,
     /// GPU code for other GPUs only: left out.
     OtherGpus,
+    /// An error (said with the file): left out, not copied as it may be
+    /// (it may be changing under us).
+    Failed,
 }
 
 /// What the tree got.
@@ -116,6 +122,7 @@ fn files(
                 done.insert(key, e.to.clone());
             }
             Some(Fate::OtherGpus) => s.left_out.push((e.from.clone(), FOR_OTHER_GPUS)),
+            Some(Fate::Failed) => s.left_out.push((e.from.clone(), FAILED)),
             None => copies.push((key, e)),
         }
     }
@@ -155,10 +162,14 @@ fn further_name(
     dry_run: bool,
     s: &mut Summary,
 ) {
-    if fates.get(&key) == Some(&Fate::OtherGpus) {
-        return s
-            .left_out
-            .push((e.from.clone(), "another name of a file for other GPUs"));
+    match fates.get(&key) {
+        Some(Fate::OtherGpus) => {
+            return s
+                .left_out
+                .push((e.from.clone(), "another name of a file for other GPUs"))
+        }
+        Some(Fate::Failed) => return s.left_out.push((e.from.clone(), FAILED)),
+        _ => {}
     }
     let Some(first) = done.get(&key) else {
         // Its first place failed (said there): this one is not made either.
@@ -190,6 +201,8 @@ fn link(
             .left_out
             .push((e.from.clone(), "a symbolic link to a file for other GPUs"));
     }
+    // A link to a file that failed is made all the same (dangling until
+    // the file is there): the error says what is missing.
     let made = if dry_run {
         Ok(())
     } else {
