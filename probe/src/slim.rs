@@ -1,6 +1,12 @@
 //! `offload-probe slim`: a thin shell over `offload_slim::slim_file`. Finds
 //! the files (directories walked, each file once whatever its names),
-//! slims them in parallel, and reports per file and in total.
+//! slims them in parallel, with `--output` makes the rest of the tree
+//! ([`tree`] lists it, [`complete`] makes it), and reports per file and in
+//! total ([`show`]).
+
+mod complete;
+mod show;
+mod tree;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -10,11 +16,14 @@ use std::process::ExitCode;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use offload_loader::{Limits, MappedFile};
-use offload_slim::{slim_file, Destination, FileReport, Options, Outcome};
+use offload_slim::{slim_file, Destination, FileReport, How, Options};
 use rayon::prelude::*;
 
 use crate::devices;
 use crate::walk;
+use complete::Fate;
+use show::{OtherGpuFiles, Run};
+use tree::{Key, Tree};
 
 /// Rewrite GPU libraries and programs keeping only the code the named
 /// devices load, and make the files smaller.
@@ -25,6 +34,7 @@ use crate::walk;
   offload-probe slim /usr/lib/x86_64-linux-gnu/librocsparse.so.0 --device gfx90a:sramecc+:xnack- --dry-run
   offload-probe slim /opt/venv/lib --device sm_90 --output /tmp/slim
   offload-probe slim /opt/rocm/lib --in-place             (the GPUs detected here)
+  offload-probe slim /usr/lib/x86_64-linux-gnu/rocblas --device gfx90a --output /tmp/rocblas --link-unchanged
 
 EXIT STATUS:
   0  done
@@ -39,13 +49,27 @@ struct Args {
     /// Keep what this device loads (repeatable); without any, the GPUs detected here.
     #[arg(long = "device", value_name = "TARGET")]
     devices: Vec<String>,
-    /// Write each changed file to DIR, under its path relative to the argument it was found under.
+    /// Write the whole tree to DIR, each entry under its path relative to
+    /// the argument it was found under: the files slimmed, the others
+    /// copied (sharing blocks where the file system can), symbolic links as
+    /// links, directories with their modes; files for other GPUs left out.
     #[arg(long, value_name = "DIR", conflicts_with = "in_place")]
     output: Option<PathBuf>,
+    /// With --output: hard-link the files left as they are to the
+    /// originals instead of copying them (no space; but one file: a change
+    /// to either is a change to both).
+    #[arg(long, requires = "output")]
+    link_unchanged: bool,
     /// Replace each changed file, atomically.
     #[arg(long)]
     in_place: bool,
-    /// Write nothing; report the sizes.
+    /// With --in-place: remove each file of GPU code only that no named
+    /// device loads (for other GPUs), with its other names; without it they
+    /// are left and reported.
+    #[arg(long, requires = "in_place")]
+    remove_other_gpu_files: bool,
+    /// Write nothing; report the sizes (and, with --output or --in-place,
+    /// what they would do).
     #[arg(long)]
     dry_run: bool,
     /// Also keep every PTX image an NVIDIA device could JIT.
@@ -56,17 +80,13 @@ struct Args {
     json: bool,
 }
 
-/// A file found: its first name, where it goes (`--output`), its other names.
-struct Found {
-    path: PathBuf,
-    to: Option<PathBuf>,
-    also: Vec<PathBuf>,
-}
-
-/// A file to slim and where its result goes.
+/// A file to slim, what it is, where its result goes, and (in place) the
+/// symbolic links that name it.
 struct Job {
     path: PathBuf,
+    key: Key,
     destination: Destination,
+    links: Vec<PathBuf>,
 }
 
 pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
@@ -105,8 +125,66 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         eprintln!("offload-probe slim: {e}");
         return ExitCode::from(2);
     }
-    let (jobs, mut errors) = find(&args);
-    let progress = if !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    let tree = match &args.output {
+        Some(dir) => match Tree::list(&args.paths, dir, args.link_unchanged) {
+            Ok(tree) => Some(tree),
+            Err(e) => {
+                eprintln!("offload-probe slim: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let (jobs, mut errors) = find(&args, tree.as_ref());
+    let mut reports = slim_all(&jobs, &options, args.dry_run, args.json);
+    for (job, r) in jobs.iter().zip(&mut reports) {
+        remove_links(job, r);
+        if let Some(e) = &r.error {
+            errors.push(format!("{}: {e}", r.path.display()));
+        }
+    }
+    let summary = tree.map(|mut tree| {
+        errors.append(&mut tree.errors);
+        let how = if args.link_unchanged {
+            How::Link
+        } else {
+            How::Copy
+        };
+        let fates = fates(&jobs, &reports, args.dry_run);
+        let dir = args.output.as_deref().unwrap_or(Path::new("."));
+        let summary = complete::complete(&tree, dir, &fates, how, args.dry_run);
+        errors.extend(summary.errors.iter().cloned());
+        summary
+    });
+    let missing = reports.iter().any(|r| !r.missing.is_empty());
+    let run = Run {
+        reports: &reports,
+        options: &options,
+        errors: &errors,
+        dry_run: args.dry_run,
+        other_gpus: match (&args.output, args.in_place, args.remove_other_gpu_files) {
+            (None, true, false) => OtherGpuFiles::Kept,
+            (None, true, true) => OtherGpuFiles::Removed,
+            _ => OtherGpuFiles::LeftOut,
+        },
+        tree: args.output.as_deref().zip(summary.as_ref()),
+    };
+    let out = if args.json {
+        show::json(&run)
+    } else {
+        show::human(&run)
+    };
+    print!("{out}");
+    if !errors.is_empty() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::from(u8::from(missing))
+    }
+}
+
+/// Every job slimmed, in parallel, with a progress bar on a terminal.
+fn slim_all(jobs: &[Job], options: &Options, dry_run: bool, json: bool) -> Vec<FileReport> {
+    let progress = if !json && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         let bar =
             ProgressBar::with_draw_target(Some(jobs.len() as u64), ProgressDrawTarget::stderr());
         if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} files {wide_msg}") {
@@ -116,37 +194,68 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
     } else {
         ProgressBar::hidden()
     };
-    let reports: Vec<FileReport> = jobs
+    let reports = jobs
         .par_iter()
         .map(|job| {
-            let destination = if args.dry_run {
+            let destination = if dry_run {
                 &Destination::DryRun
             } else {
                 &job.destination
             };
-            let r = slim_file(&job.path, &options, destination);
+            let r = slim_file(&job.path, options, destination);
             progress.inc(1);
             r
         })
         .collect();
     progress.finish_and_clear();
-    for r in &reports {
-        if let Some(e) = &r.error {
-            errors.push(format!("{}: {e}", r.path.display()));
+    reports
+}
+
+/// A file for other GPUs removed in place leaves the symbolic links that
+/// named it dangling: they go too, and are said.
+fn remove_links(job: &Job, r: &mut FileReport) {
+    if !r.other_gpus.as_ref().is_some_and(|o| o.removed) {
+        return;
+    }
+    for link in &job.links {
+        let dangling = std::fs::symlink_metadata(link).is_ok_and(|m| m.file_type().is_symlink())
+            && std::fs::metadata(link).is_err();
+        if !dangling {
+            continue;
+        }
+        match std::fs::remove_file(link) {
+            Ok(()) => r.notes.push(format!(
+                "the symbolic link {} that named it is removed too",
+                link.display()
+            )),
+            Err(e) => r.notes.push(format!(
+                "the symbolic link {} that named it is left, dangling: {e}",
+                link.display()
+            )),
         }
     }
-    let missing = reports.iter().any(|r| !r.missing.is_empty());
-    let out = if args.json {
-        json(&reports, &options, &errors, args.dry_run)
-    } else {
-        human(&reports, &errors, args.dry_run)
-    };
-    print!("{out}");
-    if !errors.is_empty() {
-        ExitCode::from(2)
-    } else {
-        ExitCode::from(u8::from(missing))
-    }
+}
+
+/// What slim made of each file, for the output tree: a result at its first
+/// place (a dry run: one that would be), left out for other GPUs, or left
+/// out for an error; a file not here (no GPU code, nothing to change) is
+/// copied.
+fn fates(jobs: &[Job], reports: &[FileReport], dry_run: bool) -> BTreeMap<Key, Fate> {
+    jobs.iter()
+        .zip(reports)
+        .filter_map(|(job, r)| {
+            let fate = if r.error.is_some() {
+                Fate::Failed
+            } else if r.other_gpus.is_some() {
+                Fate::OtherGpus
+            } else if r.written || (dry_run && r.changes()) {
+                Fate::Slimmed
+            } else {
+                return None;
+            };
+            Some((job.key, fate))
+        })
+        .collect()
 }
 
 /// Looks at each file the walk finds: may it hold offload code (its headers
@@ -167,8 +276,10 @@ impl walk::Inspector for MayHoldOffload {
 
 /// The files under the arguments (walked as the probe walks them), each once
 /// whatever its names (the first name, in sorted order, of each file), with
-/// where each goes; and what could not be read.
-fn find(args: &Args) -> (Vec<Job>, Vec<String>) {
+/// where each goes: with `--output`, the first place of a regular name of
+/// it in the `tree` (a file only symbolic links reach is not slimmed: the
+/// links are copied as links); and what could not be read.
+fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<String>) {
     let walked = walk::scan(&args.paths, &MayHoldOffload);
     let mut errors: Vec<String> = walked
         .errors
@@ -177,8 +288,8 @@ fn find(args: &Args) -> (Vec<Job>, Vec<String>) {
         .collect();
     // By (device, inode): a file named on the command line may also be
     // found in a directory.
-    let mut seen: BTreeMap<(u64, u64), Found> = BTreeMap::new();
-    let mut order = Vec::new();
+    let mut seen: BTreeMap<Key, usize> = BTreeMap::new();
+    let mut found: Vec<(PathBuf, Key, Vec<PathBuf>)> = Vec::new();
     for (input, report) in walked.inputs {
         match report {
             Ok(true) => {}
@@ -192,317 +303,76 @@ fn find(args: &Args) -> (Vec<Job>, Vec<String>) {
             continue;
         };
         let key = (m.dev(), m.ino());
-        if let Some(found) = seen.get_mut(&key) {
-            found.also.push(input.path);
-            found.also.extend(input.also);
-            continue;
-        }
-        // Where it goes: its path relative to the directory it was found
-        // under, or its name when named itself.
-        let rel = if input.explicit {
-            PathBuf::from(input.path.file_name().unwrap_or_default())
-        } else {
-            args.paths
-                .iter()
-                .find_map(|root| input.path.strip_prefix(root).ok())
-                .map_or_else(|| input.path.clone(), Path::to_path_buf)
-        };
-        let to = args.output.as_ref().map(|dir| dir.join(&rel));
-        seen.insert(
-            key,
-            Found {
-                path: input.path,
-                to,
-                also: input.also,
-            },
-        );
-        order.push(key);
-    }
-    // Two files must not be written to one place.
-    let mut destinations: BTreeMap<PathBuf, PathBuf> = BTreeMap::new();
-    order.retain(|key| {
-        let found = &seen[key];
-        let Some(to) = &found.to else { return true };
-        match destinations.get(to) {
-            Some(first) => {
-                errors.push(format!(
-                    "{} and {} would both be written to {}: {} is left out",
-                    first.display(),
-                    found.path.display(),
-                    to.display(),
-                    found.path.display()
-                ));
-                false
+        match seen.get(&key) {
+            Some(&at) => {
+                found[at].2.push(input.path);
+                found[at].2.extend(input.also);
             }
             None => {
-                destinations.insert(to.clone(), found.path.clone());
-                true
+                seen.insert(key, found.len());
+                found.push((input.path, key, input.also));
             }
         }
-    });
-    // No result may be written over an input: --output naming an input's
-    // own directory, or a directory where another input lies.
-    let inputs = Inputs::of(&seen);
-    order.retain(|key| {
-        let found = &seen[key];
-        let Some(to) = &found.to else { return true };
-        let Some(clash) = inputs.at(to) else {
-            return true;
-        };
-        errors.push(format!(
-            "{}: --output would write its result over the input {}: left out",
-            found.path.display(),
-            clash.display()
-        ));
-        false
-    });
-    let jobs = order
+    }
+    let firsts = tree.map(Tree::firsts);
+    let jobs = found
         .into_iter()
-        .filter_map(|key| seen.remove(&key))
-        .map(|Found { path, to, also }| {
-            // A symbolic link names its target: replaced once, in place.
-            let also = also
-                .into_iter()
-                .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_symlink()))
-                .filter(|p| std::fs::canonicalize(p).ok() != std::fs::canonicalize(&path).ok())
-                .collect();
-            let destination = match to {
-                Some(to) => Destination::To(to),
-                None => Destination::InPlace { also },
+        .map(|(path, key, also)| {
+            let (path, also) = regular_first(path, also);
+            (path, key, also)
+        })
+        .filter_map(|(path, key, also)| {
+            let destination = match &firsts {
+                Some(firsts) => Destination::To(firsts.get(&key)?.to_path_buf()),
+                None => in_place(&path, &also, args.remove_other_gpu_files),
             };
-            Job { path, destination }
+            let links = std::iter::once(&path)
+                .chain(&also)
+                .filter(|p| is_symlink(p))
+                .cloned()
+                .collect();
+            Some(Job {
+                path,
+                key,
+                destination,
+                links,
+            })
         })
         .collect();
     (jobs, errors)
 }
 
-/// Every input, by device and inode and by each of its names, resolved.
-struct Inputs {
-    keys: BTreeMap<(u64, u64), PathBuf>,
-    names: BTreeMap<PathBuf, PathBuf>,
-}
-
-impl Inputs {
-    fn of(seen: &BTreeMap<(u64, u64), Found>) -> Inputs {
-        let mut names = BTreeMap::new();
-        for found in seen.values() {
-            for name in std::iter::once(&found.path).chain(&found.also) {
-                names.insert(resolved(name), found.path.clone());
-            }
-        }
-        let keys = seen.iter().map(|(k, f)| (*k, f.path.clone())).collect();
-        Inputs { keys, names }
+/// The file's names with the first that is not a symbolic link first (if
+/// any is): the name it is reported and slimmed under.
+fn regular_first(path: PathBuf, mut also: Vec<PathBuf>) -> (PathBuf, Vec<PathBuf>) {
+    if !is_symlink(&path) {
+        return (path, also);
     }
-
-    /// The input that `to` is (the same file, or one of its names).
-    fn at(&self, to: &Path) -> Option<&PathBuf> {
-        if let Ok(m) = std::fs::metadata(to) {
-            if let Some(p) = self.keys.get(&(m.dev(), m.ino())) {
-                return Some(p);
-            }
+    match also.iter().position(|p| !is_symlink(p)) {
+        Some(at) => {
+            let first = also.remove(at);
+            also.insert(0, path);
+            (first, also)
         }
-        self.names.get(&resolved(to))
+        None => (path, also),
     }
 }
 
-/// `path` with its directory resolved (symbolic links, `..`), its own name
-/// kept: the name it is reached by, wherever it is spelled from.
-fn resolved(path: &Path) -> PathBuf {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    match (std::fs::canonicalize(dir), path.file_name()) {
-        (Ok(d), Some(name)) => d.join(name),
-        _ => path.to_path_buf(),
-    }
-}
-
-fn size(n: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-fn human(reports: &[FileReport], errors: &[String], dry_run: bool) -> String {
-    use std::fmt::Write;
-    let mut s = String::new();
-    let (mut before, mut after) = (0u64, 0u64);
-    for r in reports {
-        before += r.before;
-        after += r.after;
-        let state = if r.error.is_some() {
-            "error, untouched"
-        } else if !r.changes() {
-            "unchanged"
-        } else if dry_run {
-            "dry run"
-        } else if r.written {
-            "written"
-        } else {
-            "not written"
-        };
-        let _ = writeln!(
-            s,
-            "{}: {} -> {} ({} bytes -> {} bytes), {state}",
-            r.path.display(),
-            size(r.before),
-            size(r.after),
-            r.before,
-            r.after
-        );
-        // Containers with the same outcome are told once, with a count.
-        let mut groups: BTreeMap<String, usize> = BTreeMap::new();
-        for c in &r.containers {
-            let line = match &c.report.outcome {
-                Outcome::Unchanged => "every image kept".to_string(),
-                Outcome::Whole(why) => format!("left whole: {why}"),
-                Outcome::Removed | Outcome::Rewritten => {
-                    let kept: Vec<String> =
-                        c.kept.iter().map(|(i, id)| format!("[{i}] {id}")).collect();
-                    let removed: Vec<String> = c
-                        .removed
-                        .iter()
-                        .map(|r| format!("[{}] {} ({})", r.index, r.id, r.reasons.join("; ")))
-                        .collect();
-                    let what = if c.report.outcome == Outcome::Removed {
-                        "removed"
-                    } else {
-                        "rewritten"
-                    };
-                    format!("{what}: kept {}; removed {}", list(&kept), list(&removed))
-                }
-            };
-            *groups
-                .entry(format!(
-                    "{} {}: {line}",
-                    c.report.section,
-                    c.report.format.name()
-                ))
-                .or_default() += 1;
-        }
-        for (line, n) in groups {
-            let _ = writeln!(s, "  {n} x {line}");
-        }
-        for (section, why) in &r.sections_left {
-            let _ = writeln!(s, "  section {section} left as it was: {why}");
-        }
-        for h in &r.holes {
-            let _ = writeln!(
-                s,
-                "  section {} cannot be compacted safely ({}): rewritten in place, {} ({} bytes) of removed images are holes (the file keeps its length, the disk does not keep the blocks)",
-                h.section,
-                h.why,
-                size(h.bytes),
-                h.bytes
-            );
-        }
-        for (device, section, at) in &r.missing {
-            let _ = writeln!(
-                s,
-                "  {device} has no image in the {section} container at {at:#x}"
-            );
-        }
-        for note in &r.notes {
-            let _ = writeln!(s, "  note: {note}");
-        }
-    }
-    for e in errors {
-        let _ = writeln!(s, "error: {e}");
-    }
-    let saved = before.saturating_sub(after);
-    let pct = if before > 0 {
-        saved as f64 * 100.0 / before as f64
-    } else {
-        0.0
-    };
-    let holes: u64 = reports.iter().flat_map(|r| &r.holes).map(|h| h.bytes).sum();
-    let holes = if holes > 0 {
-        format!(", and {} ({holes} bytes) of holes", size(holes))
-    } else {
-        String::new()
-    };
-    let _ = writeln!(
-        s,
-        "total: {} -> {} ({before} bytes -> {after} bytes, {pct:.1}% less{holes}) in {} file(s)",
-        size(before),
-        size(after),
-        reports.len()
-    );
-    s
-}
-
-fn list(items: &[String]) -> String {
-    if items.is_empty() {
-        "nothing".into()
-    } else {
-        items.join(", ")
-    }
-}
-
-fn json(reports: &[FileReport], options: &Options, errors: &[String], dry_run: bool) -> String {
-    use serde_json::json;
-    let files: Vec<_> = reports
+/// In place: over the file, and over its other names that are not
+/// symbolic links (a link names its target: replaced once, in place).
+fn in_place(path: &Path, also: &[PathBuf], remove_other_gpus: bool) -> Destination {
+    let also = also
         .iter()
-        .map(|r| {
-            let containers: Vec<_> = r
-                .containers
-                .iter()
-                .map(|c| {
-                    let (outcome, reason) = match &c.report.outcome {
-                        Outcome::Unchanged => ("unchanged", None),
-                        Outcome::Rewritten => ("rewritten", None),
-                        Outcome::Removed => ("removed", None),
-                        Outcome::Whole(why) => ("whole", Some(why.clone())),
-                    };
-                    json!({
-                        "section": c.report.section,
-                        "offset": c.report.offset,
-                        "format": c.report.format.name(),
-                        "before": c.report.before,
-                        "after": c.report.after,
-                        "outcome": outcome,
-                        "reason": reason,
-                        "kept": c.kept.iter().map(|(i, id)| json!({"index": i, "id": id})).collect::<Vec<_>>(),
-                        "removed": c.removed.iter().map(|r| json!({"index": r.index, "id": r.id, "reasons": r.reasons})).collect::<Vec<_>>(),
-                    })
-                })
-                .collect();
-            json!({
-                "path": r.path,
-                "before": r.before,
-                "after": r.after,
-                "written": r.written,
-                "error": r.error,
-                "containers": containers,
-                "sections_left": r.sections_left.iter().map(|(s, why)| json!({"section": s, "reason": why})).collect::<Vec<_>>(),
-                "holes": r.holes.iter().map(|h| json!({"section": h.section, "reason": h.why, "bytes": h.bytes})).collect::<Vec<_>>(),
-                "missing": r.missing.iter().map(|(d, s, at)| json!({"device": d, "section": s, "offset": at})).collect::<Vec<_>>(),
-                "notes": r.notes,
-            })
-        })
+        .filter(|p| !is_symlink(p))
+        .filter(|p| std::fs::canonicalize(p).ok() != std::fs::canonicalize(path).ok())
+        .cloned()
         .collect();
-    let before: u64 = reports.iter().map(|r| r.before).sum();
-    let after: u64 = reports.iter().map(|r| r.after).sum();
-    let holes: u64 = reports.iter().flat_map(|r| &r.holes).map(|h| h.bytes).sum();
-    let value = json!({
-        "devices": options.devices.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        "dry_run": dry_run,
-        "files": files,
-        "total": {"before": before, "after": after, "holes": holes},
-        "errors": errors,
-    });
-    format!(
-        "{}\n",
-        serde_json::to_string_pretty(&value).unwrap_or_default()
-    )
+    Destination::InPlace {
+        also,
+        remove_other_gpus,
+    }
+}
+
+fn is_symlink(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
 }

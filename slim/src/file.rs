@@ -9,11 +9,16 @@
 //! hard links, and never written over by its own result ([`input`]). New
 //! files are unnamed until complete ([`temp`]), so a kill leaves nothing
 //! behind. An input that changes while it is read is an error for that file
-//! ([`input`], and [`guard`] for reads past an end that moved).
+//! ([`input`], and [`guard`] for reads past an end that moved). A file of
+//! GPU code only that no named device loads is told apart ([`other`]):
+//! nothing is written for it, and in place it is removed when asked.
+//! Unchanged files of an output tree are copied or linked ([`copy`]).
 
+mod copy;
 mod guard;
 mod input;
 mod keep;
+mod other;
 mod temp;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,10 +34,14 @@ use offload_loader::{
 
 use crate::{ContainerReport, Outcome};
 
+pub use copy::{
+    copy_file, keep_directory, link_name, symlink_name, sync_tree, Copied, CopyError, How,
+};
 pub use guard::GuardError;
 use guard::Registration;
 use input::Input;
 use keep::Strictness;
+pub use other::OtherGpus;
 pub use temp::is_temporary;
 use temp::Temp;
 
@@ -57,6 +66,9 @@ pub enum Destination {
     InPlace {
         /// Hard links to the same file, replaced by links to the result.
         also: Vec<PathBuf>,
+        /// Remove a file for other GPUs ([`OtherGpus`]) with all its names,
+        /// rather than leave it.
+        remove_other_gpus: bool,
     },
     /// To this path (its directory made if missing).
     To(PathBuf),
@@ -109,6 +121,10 @@ pub struct FileReport {
     /// What the result could not keep of what the file was (its owner, and
     /// so its setuid/setgid bits; its file capabilities), in words.
     pub notes: Vec<String>,
+    /// The file is GPU code only and no named device loads any of it: for
+    /// other GPUs. Nothing is written for it (an output tree does without
+    /// it); in place it is removed only when the destination asks.
+    pub other_gpus: Option<OtherGpus>,
 }
 
 /// Installs the process-wide `SIGBUS` handler that turns an input
@@ -135,10 +151,12 @@ pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> F
                 guard: &guard,
             };
             slim_one(&mut report, &source, options, destination);
-            // A result written was checked before it was; one not written
-            // (a dry run, nothing to remove, an error) is checked now: a
-            // change is the first cause of any other error.
-            if !report.written {
+            // A result written was checked before it was, a file removed
+            // before it was; one not written (a dry run, nothing to remove,
+            // an error) is checked now: a change is the first cause of any
+            // other error.
+            let removed = report.other_gpus.as_ref().is_some_and(|o| o.removed);
+            if !report.written && !removed {
                 if let Err(e) = input.unchanged(&guard) {
                     report.error = Some(e.to_string());
                 }
@@ -180,6 +198,20 @@ fn slim_one(
         }
     };
     let plan = choose(&sections, options);
+    if let Some(other) = other::of(report.before, &sections, &plan) {
+        let other = report.other_gpus.insert(other);
+        if let Destination::InPlace {
+            also,
+            remove_other_gpus: true,
+        } = destination
+        {
+            match other::remove(source, path, also) {
+                Ok(()) => other.removed = true,
+                Err(e) => report.error = Some(e),
+            }
+        }
+        return;
+    }
     report.missing = plan.missing.clone();
     let first = crate::slim(data, &sections, &plan.keep_fn(), &options.limits);
     report.sections_left = first.sections_left;
@@ -315,7 +347,7 @@ fn finish(
     // Refused before anything is written: a file whose other hard links
     // would be split off, a result over its own input.
     let refused = match destination {
-        Destination::InPlace { also } => source.input.all_links_named(also),
+        Destination::InPlace { also, .. } => source.input.all_links_named(also),
         _ => source.input.not_at(&target),
     };
     if let Err(e) = refused {
@@ -781,7 +813,7 @@ fn write_verified(
     if let Ok(d) = fs::File::open(&dir) {
         let _ = d.sync_all();
     }
-    if let Destination::InPlace { also } = destination {
+    if let Destination::InPlace { also, .. } = destination {
         for other in also {
             let link = temp::temp_path(&dir_of(other), other, "link");
             fs::hard_link(target, &link).map_err(|e| format!("{}: {e}", link.display()))?;

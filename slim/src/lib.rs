@@ -35,8 +35,9 @@ use container::InPlace;
 pub use container::Outcome;
 pub use elf::Unsafe;
 pub use file::{
-    install_sigbus_guard, is_temporary, slim_file, ContainerSummary, Destination, FileReport,
-    GuardError, Options, Removed,
+    copy_file, install_sigbus_guard, is_temporary, keep_directory, link_name, slim_file,
+    symlink_name, sync_tree, ContainerSummary, Copied, CopyError, Destination, FileReport,
+    GuardError, How, Options, OtherGpus, Removed,
 };
 pub use pieces::{Output, Piece};
 

@@ -126,6 +126,22 @@ pub fn rocsparse() -> Option<PathBuf> {
     )
 }
 
+/// rocBLAS 2.47, Debian trixie's `librocblas0` 5.5.1+dfsg-7 unpacked
+/// (`.ci/rocblas.sh`): the prefix holding `usr/lib/x86_64-linux-gnu/
+/// librocblas.so.0.1` and `usr/lib/x86_64-linux-gnu/rocblas/2.47.0/library`.
+/// Missing: a failure naming the script under `CI=true`, else a skip.
+pub fn rocblas() -> Option<PathBuf> {
+    const FETCH: &str = "run `bash .ci/rocblas.sh` (Debian trixie's librocblas0, unpacked into ~/.cache/offload-loader)";
+    let dir = super::cuda_cache().join("rocblas-5.5.1+dfsg-7");
+    let stamp = super::cuda_cache().join("rocblas-5.5.1+dfsg-7.stamp");
+    if dir.is_dir() && stamp.is_file() {
+        return Some(dir);
+    }
+    assert!(!super::ci(), "rocBLAS 2.47 is not here: {FETCH}");
+    eprintln!("skipped: rocBLAS 2.47 not here ({FETCH})");
+    None
+}
+
 /// `path`, a file Debian package `package` installs, if it exists; same CI
 /// rule.
 pub fn system_file(path: &str, package: &str) -> Option<PathBuf> {

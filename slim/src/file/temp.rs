@@ -183,7 +183,7 @@ fn unsupported(e: &std::io::Error) -> bool {
 }
 
 /// `path` as a C string.
-fn c_path(path: &Path) -> std::io::Result<CString> {
+pub(super) fn c_path(path: &Path) -> std::io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
 }
@@ -201,7 +201,7 @@ pub fn temp_path(dir: &Path, path: &Path, tag: &str) -> PathBuf {
 
 /// Whether `name` is one `temp_path` gives the files slim is making (a
 /// directory walk skips them):
-/// `.NAME.slim-TAG-PID-N`, TAG one of `pass`, `result`, `link`.
+/// `.NAME.slim-TAG-PID-N`, TAG one of `pass`, `result`, `link`, `copy`.
 pub fn is_temporary(name: &std::ffi::OsStr) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let name = name.as_bytes();
@@ -214,7 +214,7 @@ pub fn is_temporary(name: &std::ffi::OsStr) -> bool {
     let mut parts = rest[at + 6..].split(|&b| b == b'-');
     let digits =
         |p: Option<&[u8]>| p.is_some_and(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit));
-    matches!(parts.next(), Some(b"pass" | b"result" | b"link"))
+    matches!(parts.next(), Some(b"pass" | b"result" | b"link" | b"copy"))
         && digits(parts.next())
         && digits(parts.next())
         && parts.next().is_none()
@@ -261,6 +261,7 @@ mod tests {
             ".a.slim-pass-1-0",
             ".lib.so.1.slim-result-123-45",
             ".x.slim-link-9-9",
+            ".y.py.slim-copy-7-3",
         ];
         let no = [
             "a.slim-pass-1-0",

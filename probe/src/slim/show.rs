@@ -1,0 +1,351 @@
+//! The slim command's report: per file and in total, for people and as
+//! JSON; with `--output`, what the tree got.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use offload_slim::{FileReport, Options, Outcome};
+
+use super::complete::{Summary, FOR_OTHER_GPUS};
+
+/// What becomes of a file for other GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtherGpuFiles {
+    /// Not in the output tree (`--output`, or a plain `--dry-run`).
+    LeftOut,
+    /// Removed (`--in-place --remove-other-gpu-files`).
+    Removed,
+    /// Left where it is (`--in-place` alone).
+    Kept,
+}
+
+/// A run, to report.
+pub struct Run<'a> {
+    pub reports: &'a [FileReport],
+    pub options: &'a Options,
+    pub errors: &'a [String],
+    pub dry_run: bool,
+    pub other_gpus: OtherGpuFiles,
+    /// With `--output`: the tree and what it got.
+    pub tree: Option<(&'a Path, &'a Summary)>,
+}
+
+impl Run<'_> {
+    /// Whether the file of `r` goes (or would go): for other GPUs, left
+    /// out or removed.
+    fn gone(&self, r: &FileReport) -> bool {
+        let Some(other) = &r.other_gpus else {
+            return false;
+        };
+        r.error.is_none()
+            && match self.other_gpus {
+                OtherGpuFiles::LeftOut => true,
+                OtherGpuFiles::Removed => other.removed || self.dry_run,
+                OtherGpuFiles::Kept => false,
+            }
+    }
+
+    /// Its size after the run.
+    fn after(&self, r: &FileReport) -> u64 {
+        if self.gone(r) {
+            0
+        } else {
+            r.after
+        }
+    }
+
+    /// What became of a file for other GPUs, in words.
+    fn other_state(&self, r: &FileReport) -> &'static str {
+        match (self.other_gpus, self.dry_run, self.gone(r)) {
+            (_, _, false) if r.error.is_some() => "error, untouched",
+            (OtherGpuFiles::Kept, _, _) => "kept (--remove-other-gpu-files removes it)",
+            (OtherGpuFiles::LeftOut, true, _) => "would be left out",
+            (OtherGpuFiles::LeftOut, false, _) => "left out",
+            (OtherGpuFiles::Removed, true, _) => "would be removed",
+            (OtherGpuFiles::Removed, false, _) => "removed",
+        }
+    }
+}
+
+fn size(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+pub fn human(run: &Run<'_>) -> String {
+    use std::fmt::Write;
+    let (reports, errors, dry_run) = (run.reports, run.errors, run.dry_run);
+    let mut s = String::new();
+    let (mut before, mut after) = (0u64, 0u64);
+    for r in reports {
+        before += r.before;
+        after += run.after(r);
+        if r.other_gpus.is_some() {
+            other_gpus(&mut s, run, r);
+            continue;
+        }
+        let state = if r.error.is_some() {
+            "error, untouched"
+        } else if !r.changes() {
+            "unchanged"
+        } else if dry_run {
+            "dry run"
+        } else if r.written {
+            "written"
+        } else {
+            "not written"
+        };
+        let _ = writeln!(
+            s,
+            "{}: {} -> {} ({} bytes -> {} bytes), {state}",
+            r.path.display(),
+            size(r.before),
+            size(r.after),
+            r.before,
+            r.after
+        );
+        // Containers with the same outcome are told once, with a count.
+        let mut groups: BTreeMap<String, usize> = BTreeMap::new();
+        for c in &r.containers {
+            let line = match &c.report.outcome {
+                Outcome::Unchanged => "every image kept".to_string(),
+                Outcome::Whole(why) => format!("left whole: {why}"),
+                Outcome::Removed | Outcome::Rewritten => {
+                    let kept: Vec<String> =
+                        c.kept.iter().map(|(i, id)| format!("[{i}] {id}")).collect();
+                    let removed: Vec<String> = c
+                        .removed
+                        .iter()
+                        .map(|r| format!("[{}] {} ({})", r.index, r.id, r.reasons.join("; ")))
+                        .collect();
+                    let what = if c.report.outcome == Outcome::Removed {
+                        "removed"
+                    } else {
+                        "rewritten"
+                    };
+                    format!("{what}: kept {}; removed {}", list(&kept), list(&removed))
+                }
+            };
+            *groups
+                .entry(format!(
+                    "{} {}: {line}",
+                    c.report.section,
+                    c.report.format.name()
+                ))
+                .or_default() += 1;
+        }
+        for (line, n) in groups {
+            let _ = writeln!(s, "  {n} x {line}");
+        }
+        for (section, why) in &r.sections_left {
+            let _ = writeln!(s, "  section {section} left as it was: {why}");
+        }
+        for h in &r.holes {
+            let _ = writeln!(
+                s,
+                "  section {} cannot be compacted safely ({}): rewritten in place, {} ({} bytes) of removed images are holes (the file keeps its length, the disk does not keep the blocks)",
+                h.section,
+                h.why,
+                size(h.bytes),
+                h.bytes
+            );
+        }
+        for (device, section, at) in &r.missing {
+            let _ = writeln!(
+                s,
+                "  {device} has no image in the {section} container at {at:#x}"
+            );
+        }
+        for note in &r.notes {
+            let _ = writeln!(s, "  note: {note}");
+        }
+    }
+    for e in errors {
+        let _ = writeln!(s, "error: {e}");
+    }
+    let saved = before.saturating_sub(after);
+    let pct = if before > 0 {
+        saved as f64 * 100.0 / before as f64
+    } else {
+        0.0
+    };
+    let holes: u64 = reports.iter().flat_map(|r| &r.holes).map(|h| h.bytes).sum();
+    let holes = if holes > 0 {
+        format!(", and {} ({holes} bytes) of holes", size(holes))
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        s,
+        "total: {} -> {} ({before} bytes -> {after} bytes, {pct:.1}% less{holes}) in {} file(s)",
+        size(before),
+        size(after),
+        reports.len()
+    );
+    if let Some((dir, summary)) = run.tree {
+        tree(&mut s, dir, summary, dry_run);
+    }
+    s
+}
+
+/// A file for other GPUs: what became of it, and what each device says of
+/// each of its images.
+fn other_gpus(s: &mut String, run: &Run<'_>, r: &FileReport) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "{}: {} ({} bytes), for other GPUs: these devices do not load it; {}",
+        r.path.display(),
+        size(r.before),
+        r.before,
+        run.other_state(r)
+    );
+    for image in r.other_gpus.iter().flat_map(|o| &o.images) {
+        let _ = writeln!(
+            s,
+            "  [{}] {} ({})",
+            image.index,
+            image.id,
+            image.reasons.join("; ")
+        );
+    }
+}
+
+/// What the output tree got.
+fn tree(s: &mut String, dir: &Path, t: &Summary, dry_run: bool) {
+    use std::fmt::Write;
+    let would = if dry_run {
+        " (dry run: nothing written)"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        s,
+        "tree {}{would}: {} file(s) slimmed, {} copied unchanged ({} sharing the original's blocks), {} hard-linked to the original, {} further name(s) of these, {} symbolic link(s), {} directories",
+        dir.display(),
+        t.slimmed,
+        t.copied + t.cloned,
+        t.cloned,
+        t.linked,
+        t.names,
+        t.symlinks,
+        t.directories
+    );
+    // Files for other GPUs are told above, with their images.
+    for (path, why) in t.left_out.iter().filter(|(_, why)| *why != FOR_OTHER_GPUS) {
+        let _ = writeln!(s, "  left out: {}: {why}", path.display());
+    }
+    for (path, what) in &t.skipped {
+        let _ = writeln!(
+            s,
+            "  skipped: {}: {what}, not a regular file",
+            path.display()
+        );
+    }
+    for note in &t.notes {
+        let _ = writeln!(s, "  note: {note}");
+    }
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "nothing".into()
+    } else {
+        items.join(", ")
+    }
+}
+
+pub fn json(run: &Run<'_>) -> String {
+    use serde_json::json;
+    let (reports, options, errors, dry_run) = (run.reports, run.options, run.errors, run.dry_run);
+    let files: Vec<_> = reports
+        .iter()
+        .map(|r| {
+            let containers: Vec<_> = r
+                .containers
+                .iter()
+                .map(|c| {
+                    let (outcome, reason) = match &c.report.outcome {
+                        Outcome::Unchanged => ("unchanged", None),
+                        Outcome::Rewritten => ("rewritten", None),
+                        Outcome::Removed => ("removed", None),
+                        Outcome::Whole(why) => ("whole", Some(why.clone())),
+                    };
+                    json!({
+                        "section": c.report.section,
+                        "offset": c.report.offset,
+                        "format": c.report.format.name(),
+                        "before": c.report.before,
+                        "after": c.report.after,
+                        "outcome": outcome,
+                        "reason": reason,
+                        "kept": c.kept.iter().map(|(i, id)| json!({"index": i, "id": id})).collect::<Vec<_>>(),
+                        "removed": c.removed.iter().map(|r| json!({"index": r.index, "id": r.id, "reasons": r.reasons})).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            let other_gpus = r.other_gpus.as_ref().map(|o| {
+                json!({
+                    "state": run.other_state(r),
+                    "images": o.images.iter().map(|i| json!({"index": i.index, "id": i.id, "reasons": i.reasons})).collect::<Vec<_>>(),
+                })
+            });
+            json!({
+                "path": r.path,
+                "before": r.before,
+                "after": run.after(r),
+                "written": r.written,
+                "error": r.error,
+                "containers": containers,
+                "sections_left": r.sections_left.iter().map(|(s, why)| json!({"section": s, "reason": why})).collect::<Vec<_>>(),
+                "holes": r.holes.iter().map(|h| json!({"section": h.section, "reason": h.why, "bytes": h.bytes})).collect::<Vec<_>>(),
+                "missing": r.missing.iter().map(|(d, s, at)| json!({"device": d, "section": s, "offset": at})).collect::<Vec<_>>(),
+                "notes": r.notes,
+                "other_gpus": other_gpus,
+            })
+        })
+        .collect();
+    let before: u64 = reports.iter().map(|r| r.before).sum();
+    let after: u64 = reports.iter().map(|r| run.after(r)).sum();
+    let holes: u64 = reports.iter().flat_map(|r| &r.holes).map(|h| h.bytes).sum();
+    let value = json!({
+        "devices": options.devices.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "dry_run": dry_run,
+        "files": files,
+        "total": {"before": before, "after": after, "holes": holes},
+        "errors": errors,
+        "tree": run.tree.map(|(dir, t)| tree_json(dir, t)),
+    });
+    format!(
+        "{}\n",
+        serde_json::to_string_pretty(&value).unwrap_or_default()
+    )
+}
+
+/// What the output tree got, as JSON.
+fn tree_json(dir: &Path, t: &Summary) -> serde_json::Value {
+    use serde_json::json;
+    json!({
+        "dir": dir,
+        "slimmed": t.slimmed,
+        "copied": t.copied + t.cloned,
+        "cloned": t.cloned,
+        "linked": t.linked,
+        "names": t.names,
+        "symlinks": t.symlinks,
+        "directories": t.directories,
+        "left_out": t.left_out.iter().map(|(p, why)| json!({"path": p, "reason": why})).collect::<Vec<_>>(),
+        "skipped": t.skipped.iter().map(|(p, what)| json!({"path": p, "kind": what})).collect::<Vec<_>>(),
+        "notes": t.notes,
+    })
+}
