@@ -6,6 +6,7 @@
 mod support;
 
 use std::path::Path;
+use std::process::Command;
 
 use offload_loader::discover::SectionRole;
 use offload_loader::{select, CodeKind, DeviceTarget, Limits, MappedFile, Policy};
@@ -519,4 +520,99 @@ fn image_code(path: &Path, mut index: usize) -> Vec<u8> {
         }
     }
     panic!("no image {index}");
+}
+
+/// Fat binaries a program keeps as data (a `const` array in `.rodata`, as
+/// cuFFT keeps 24,453 in `.ldata`) are found by what they are, in an object,
+/// a shared library and an archive member, each as `cuobjdump` reads the
+/// fat binary file itself; stray magics and a truncated copy are not
+/// containers.
+#[test]
+fn fat_binaries_kept_as_data_are_found_by_content() {
+    let Some(cuda) = support::cuda() else { return };
+    let Some(gcc) = support::system_tool("gcc", "gcc") else {
+        return;
+    };
+    let fatbin = cuda.nvcc(MULTI, NvOutput::Fatbin);
+    let bytes = std::fs::read(&fatbin).unwrap();
+    let array = |b: &[u8]| {
+        b.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    // The fat binary, a truncated copy, and bytes that merely start like one.
+    let source = format!(
+        "__attribute__((aligned(16))) const unsigned char blob[] = {{{}}};\n\
+         const unsigned char cut[] = {{{}}};\n\
+         const char stray[] = \"\\x50\\xed\\x55\\xba\\x01\\x00\\x10\\x00 not a fat binary\";\n\
+         const void *get(int i) {{ return i ? (const void *)cut : (const void *)blob; }}\n",
+        array(&bytes),
+        array(&bytes[..bytes.len() / 2]),
+    );
+    let dir = support::temp_dir();
+    let c = dir.join("embed.c");
+    std::fs::write(&c, source).unwrap();
+    let (obj, lib, archive) = (
+        dir.join("embed.o"),
+        dir.join("libembed.so"),
+        dir.join("libembed.a"),
+    );
+    support::run_ok(
+        Command::new(&gcc)
+            .args(["-O1", "-fPIC", "-c"])
+            .arg(&c)
+            .arg("-o")
+            .arg(&obj),
+    );
+    support::run_ok(
+        Command::new(&gcc)
+            .arg("-shared")
+            .arg(&obj)
+            .arg("-o")
+            .arg(&lib),
+    );
+    support::run_ok(Command::new("ar").arg("rcs").arg(&archive).arg(&obj));
+    let theirs: Vec<(String, String)> = cuda
+        .cuobjdump_list(&fatbin)
+        .into_iter()
+        .map(|(kind, _, arch)| (kind, arch))
+        .collect();
+    assert!(!theirs.is_empty());
+    for file in [&obj, &lib, &archive] {
+        let mapped = MappedFile::open(file).unwrap();
+        let found: Vec<_> = mapped
+            .containers(&Limits::default())
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.section.role == SectionRole::Embedded)
+            .collect();
+        assert_eq!(found.len(), 1, "{}", file.display());
+        assert_eq!(found[0].section.name, ".rodata", "{}", file.display());
+        let containers: Vec<_> = found[0].containers.iter().flatten().collect();
+        assert_eq!(
+            containers.len(),
+            1,
+            "{}: only the whole one",
+            file.display()
+        );
+        let c = containers[0];
+        assert_eq!(c.len(), bytes.len() as u64);
+        let at = c.offset() as usize;
+        assert_eq!(&mapped.bytes()[at..at + bytes.len()], &bytes[..]);
+        let ours: Vec<(String, String)> = c
+            .images()
+            .iter()
+            .map(|i| {
+                let kind = if i.declared == Some(CodeKind::Ptx) {
+                    "PTX"
+                } else {
+                    "ELF"
+                };
+                let arch = i.arch.to_string();
+                (kind.to_string(), arch.trim_end_matches('f').to_string())
+            })
+            .collect();
+        assert_eq!(ours, theirs, "{}", file.display());
+    }
 }

@@ -51,6 +51,7 @@ pub mod nv_fatbin;
 pub mod offload_binary;
 mod read;
 pub mod registration;
+pub mod rule;
 pub mod select;
 pub mod target;
 pub mod text_bundle;

@@ -34,8 +34,9 @@ use rayon::prelude::*;
                                                   (offload-probe slim --help)
 
 EXIT STATUS:
-  0  every device has an image in every container that targets its kind of GPU
-  1  some device has none (where HIP fails with \"no binary for GPU\")
+  0  no file fails on a device by the rule of the runtime that loads it
+  1  one does: a HIP or OpenMP container without an image for a device, or a file none of
+     whose CUDA modules has one (per-GPU files for other GPUs are not failures)
   2  usage or input error (the report is still printed)"
 )]
 struct Args {
@@ -211,7 +212,7 @@ struct Inspect<'a> {
 impl walk::Inspector for Inspect<'_> {
     type Report = (report::ObjectReport, Vec<String>);
 
-    fn inspect(&self, path: &Path) -> Self::Report {
+    fn inspect(&self, path: &Path, named: bool) -> Self::Report {
         let visit = |scope: &Scope<'_, '_>, selections: &[Selection]| match self.extract {
             Some(dir) => extract(dir, path, scope, selections, self.all)
                 .err()
@@ -219,7 +220,7 @@ impl walk::Inspector for Inspect<'_> {
                 .collect(),
             None => Vec::new(),
         };
-        let done = report::inspect(path, self.devices, self.limits, &visit);
+        let done = report::inspect(path, named, self.devices, self.limits, &visit);
         self.progress.inc(1);
         done
     }
@@ -243,7 +244,7 @@ fn inspect_all(
     inputs
         .into_par_iter()
         .map(|input| {
-            let report = inspector.inspect(&input.path);
+            let report = inspector.inspect(&input.path, input.explicit);
             (input, report)
         })
         .collect()

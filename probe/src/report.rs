@@ -172,6 +172,7 @@ pub struct ContainerReport {
     pub kernel_less: bool,
     /// Whose rule says what a device without an image in it means (`null`
     /// when broken).
+    #[serde(serialize_with = "crate::verdict::optional_rule_name")]
     pub rule: Option<Rule>,
 }
 
@@ -247,6 +248,7 @@ pub struct RejectedReport {
 /// inflate on several cores); the report keeps file order.
 pub fn inspect(
     path: &Path,
+    named: bool,
     devices: &[DeviceRow],
     limits: &Limits,
     visit: &(dyn Fn(&Scope<'_, '_>, &[Selection]) -> Vec<String> + Sync),
@@ -262,9 +264,15 @@ pub fn inspect(
         containers: Vec::new(),
         verdicts: Vec::new(),
     };
-    // A file that cannot hold offload code is told from its headers alone,
-    // without mapping it (most of a library directory).
-    let file = match MappedFile::open_if_offload(path) {
+    // A file found in a directory that cannot hold offload code is told
+    // from its headers alone, without mapping it (most of a library
+    // directory); a named file is read whole: GPU code may lie among its data.
+    let opened = if named {
+        MappedFile::open(path).map(Some)
+    } else {
+        MappedFile::open_if_offload(path)
+    };
+    let file = match opened {
         Ok(Some(f)) => f,
         Ok(None) => return (report, Vec::new()),
         Err(e) => {

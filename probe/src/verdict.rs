@@ -1,73 +1,22 @@
 //! What a missing image means, by the rule of the runtime that loads the
-//! container: a verdict per file and device, which the report, `--json` and
-//! the exit status share.
-//!
-//! - HIP registers every fat binary at start-up (`__hipRegisterFatBinary`),
-//!   and one without code for a present GPU stops the program there
-//!   (`hipErrorNoBinaryForGpu`, clr's `hip_code_object.cpp`).
-//! - libomptarget registers the program's descriptor; a device with no image
-//!   in it runs none of its target regions.
-//! - The CUDA runtime loads a module when a kernel of it is first used, so a
-//!   fat binary without code for a device fails only at a launch of one of
-//!   its kernels: libraries ship per-architecture modules and choose among
-//!   them. A file fails only when none of its modules can run.
-//! - Containers found among host data are loaded by the program itself
-//!   (`cuModuleLoadData`, `hipModuleLoadData`), when it chooses: the CUDA rule.
-//! - A file that is GPU code on its own (rocBLAS's per-GPU Tensile files, a
-//!   device archive's members) is opened by whoever wants that GPU's code: one
-//!   with code for other GPUs only is for them, not a failure.
+//! container ([`Rule`], shared with `slim`): a verdict per file and device,
+//! which the report, `--json` and the exit status share.
 
-use offload_loader::discover::{OffloadSection, SectionRole};
-use offload_loader::target::OffloadKind;
-use offload_loader::{Container, Format};
-use serde::Serialize;
+pub use offload_loader::rule::Rule;
+use serde::{Serialize, Serializer};
 
 use crate::report::{targets_vendor, ContainerReport, DeviceRow, ObjectReport};
 
-/// The runtime whose rule decides what a container without an image means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Rule {
-    /// Registered with HIP: a device without an image fails at start-up.
-    Hip,
-    /// In an OpenMP descriptor: a device without an image runs no target region.
-    Openmp,
-    /// A CUDA module: only a launch of one of its kernels fails.
-    Cuda,
-    /// Found among host data, loaded by the program when it chooses to.
-    Data,
-    /// A file of GPU code on its own, opened for the GPU it is for.
-    File,
+/// A rule as `--json` writes it: its name.
+pub fn rule_name<S: Serializer>(rule: &Rule, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(rule.name())
 }
 
-impl Rule {
-    /// The rule for `container`, found in `section`.
-    pub fn of(section: &OffloadSection, container: &Container<'_>) -> Rule {
-        let kind = container.images().first().map(|i| &i.offload_kind);
-        match section.role {
-            SectionRole::Embedded => Rule::Data,
-            SectionRole::Image => Rule::File,
-            // A raw container file (named by its format) or a device
-            // archive's member: GPU code on its own.
-            _ if section.name == container.format().name() => Rule::File,
-            _ => match (container.format(), kind) {
-                (Format::NvFatbin, _) | (_, Some(OffloadKind::Cuda)) => Rule::Cuda,
-                (Format::OffloadBinary, Some(OffloadKind::OpenMp)) => Rule::Openmp,
-                _ if section.name == "__tgt_bin_desc" => Rule::Openmp,
-                _ => Rule::Hip,
-            },
-        }
-    }
-
-    /// What a container of this rule without an image for a device does.
-    fn consequence(self) -> &'static str {
-        match self {
-            Rule::Hip => "HIP stops the program at start-up (hipErrorNoBinaryForGpu)",
-            Rule::Openmp => "libomptarget runs none of its target regions on the device",
-            Rule::Cuda => "the CUDA runtime fails only at a launch of one of their kernels",
-            Rule::Data => "the program loads them itself, when it chooses to",
-            Rule::File => "whoever wants this GPU's code opens another file",
-        }
+/// An optional rule as `--json` writes it: its name, or `null`.
+pub fn optional_rule_name<S: Serializer>(rule: &Option<Rule>, s: S) -> Result<S::Ok, S::Error> {
+    match rule {
+        Some(r) => s.serialize_str(r.name()),
+        None => s.serialize_none(),
     }
 }
 
@@ -92,6 +41,7 @@ pub struct VerdictRow {
     pub device: usize,
     pub verdict: Verdict,
     /// The rule that decided it.
+    #[serde(serialize_with = "rule_name")]
     pub rule: Rule,
     /// Containers with code of the device's vendor, and how many of them have no image for it.
     pub containers: usize,
@@ -162,7 +112,7 @@ fn verdict(object: &ObjectReport, d: usize, device: &DeviceRow) -> Option<Verdic
         return Some(row(Verdict::Fails, rule, (n, without), why));
     }
     let (files, files_without) = count(&[Rule::File]);
-    if n == 0 && files_without == files {
+    if files == mine.len() && files_without == files {
         let why = format!("GPU code for other GPUs only: {target} does not load it");
         return Some(row(
             Verdict::ForOtherGpus,
@@ -171,7 +121,7 @@ fn verdict(object: &ObjectReport, d: usize, device: &DeviceRow) -> Option<Verdic
             why,
         ));
     }
-    let (all, all_without) = (n + files, without + files_without);
+    let (all, all_without) = (mine.len(), without + files_without);
     // The rule of the first container without an image (or of the first).
     let rule = mine
         .iter()

@@ -48,8 +48,10 @@ pub struct Input {
 /// What is done with each file found.
 pub trait Inspector: Sync {
     type Report: Send;
-    /// Inspects the file at `path` (a regular file, or a link to one).
-    fn inspect(&self, path: &Path) -> Self::Report;
+    /// Inspects the file at `path` (a regular file, or a link to one):
+    /// `named` by the user (read whole), or found in a directory (told from
+    /// its headers first).
+    fn inspect(&self, path: &Path, named: bool) -> Self::Report;
     /// Whether the report of a file found in a directory is shown. A file
     /// whose report is not shown is left out of the walk's output, whatever
     /// name the report was made under: it is dropped as soon as it is made.
@@ -160,7 +162,7 @@ pub fn scan<I: Inspector>(paths: &[PathBuf], inspector: &I) -> Found<I::Report> 
             Some(Made::Shown(report)) => Some((input, report)),
             Some(Made::Hidden) => None,
             None => {
-                let report = inspector.inspect(&input.path);
+                let report = inspector.inspect(&input.path, input.explicit);
                 Some((input, report))
             }
         })
@@ -289,7 +291,7 @@ impl<I: Inspector> Walk<'_, I> {
             .zip(inspect)
             .map(|((i, path, key, _), inspect)| {
                 let made = inspect.then(|| {
-                    let report = self.inspector.inspect(&path);
+                    let report = self.inspector.inspect(&path, false);
                     if self.inspector.shown(&report) {
                         Made::Shown(report)
                     } else {
@@ -352,7 +354,7 @@ pub struct Listing;
 
 impl Inspector for Listing {
     type Report = ();
-    fn inspect(&self, _: &Path) {}
+    fn inspect(&self, _: &Path, _: bool) {}
     /// Every file is listed.
     fn shown(&self, _: &()) -> bool {
         true
@@ -368,7 +370,7 @@ mod tests {
 
     impl Inspector for Record {
         type Report = PathBuf;
-        fn inspect(&self, path: &Path) -> PathBuf {
+        fn inspect(&self, path: &Path, _: bool) -> PathBuf {
             self.0.lock().unwrap().push(path.to_path_buf());
             path.to_path_buf()
         }

@@ -704,6 +704,14 @@ impl Layout {
             (addr + size).saturating_sub(seg1_end)
         };
         let shift = free / step * step;
+        if shift == 0 && free >= PAGE {
+            // Offsets after the cut move by whole alignments: the bytes that
+            // could go are left as holes instead (module `lib`'s fallback).
+            return Err(unsafe_(format!(
+                "the {free} bytes it would free are less than the {step}-byte alignment its \
+                 segments keep between file offsets and addresses"
+            )));
+        }
         if shift == 0 {
             return Ok(None);
         }

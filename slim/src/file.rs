@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 
 use offload_loader::bundle::Bundle;
 use offload_loader::image::CodeKind;
+use offload_loader::rule::Rule;
 use offload_loader::target::Vendor;
 use offload_loader::{
     select, DeviceTarget, ImageSource, Limits, MappedFile, Policy, Rejection, SectionContainers,
@@ -113,9 +114,14 @@ pub struct FileReport {
     pub sections_left: Vec<(String, String)>,
     /// Sections that could not be compacted, rewritten in place with holes.
     pub holes: Vec<crate::Holes>,
-    /// Devices for which a container of their kind of GPU has no image:
-    /// (device, section, container offset).
+    /// Devices on which the file fails by the rule of the runtime that loads
+    /// it ([`offload_loader::rule::Rule`]): a HIP or OpenMP container
+    /// without an image for the device, or the first of the file's CUDA
+    /// modules when none has one: (device, section, container offset).
     pub missing: Vec<(String, String, u64)>,
+    /// Devices for which some of the file's CUDA modules have no image, which
+    /// the CUDA rule allows: (device, modules without one, modules).
+    pub partly: Vec<(String, usize, usize)>,
     /// A read, write or verification error: the file is untouched.
     pub error: Option<String>,
     /// What the result could not keep of what the file was (its owner, and
@@ -213,6 +219,7 @@ fn slim_one(
         return;
     }
     report.missing = plan.missing.clone();
+    report.partly = plan.partly.clone();
     let first = crate::slim(data, &sections, &plan.keep_fn(), &options.limits);
     report.sections_left = first.sections_left;
     report.holes = first.holes;
@@ -467,6 +474,9 @@ struct Plan {
     /// (container offset, image index) → `device: why not`, for reports.
     reasons: BTreeMap<(u64, usize), Vec<String>>,
     missing: Vec<(String, String, u64)>,
+    /// (device, modules without an image, modules) where some of a file's
+    /// CUDA modules have none for a device, which the CUDA rule allows.
+    partly: Vec<(String, usize, usize)>,
 }
 
 impl Plan {
@@ -493,8 +503,15 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
     let mut chosen = vec![Vec::new(); options.devices.len()];
     let mut reasons: BTreeMap<(u64, usize), Vec<String>> = BTreeMap::new();
     let mut missing = Vec::new();
+    // Per device: the file's CUDA modules (by the CUDA rule or loaded as
+    // data), how many have no image for it, and the first of those.
+    let mut modules = vec![(0usize, 0usize, None); options.devices.len()];
     for s in sections {
         for scope in s.scopes() {
+            let Some(first) = scope.containers().first().copied() else {
+                continue;
+            };
+            let rule = Rule::of(&s.section, first);
             let targets = |v: Vendor| {
                 scope
                     .images()
@@ -509,9 +526,20 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
                         keep.insert((c.offset(), j));
                         chosen[d].push((c.offset(), j));
                     }
-                } else if targets(device.vendor()) && !kernel_less {
-                    let at = scope.containers().first().map_or(0, |c| c.offset());
-                    missing.push((device.to_string(), s.section.name.clone(), at));
+                }
+                if targets(device.vendor()) && !kernel_less {
+                    let without = selection.chosen.is_none();
+                    let place = (device.to_string(), s.section.name.clone(), first.offset());
+                    if rule.registered() && without {
+                        missing.push(place);
+                    } else if matches!(rule, Rule::Cuda | Rule::Data) {
+                        let m = &mut modules[d];
+                        m.0 += 1;
+                        if without {
+                            m.1 += 1;
+                            m.2.get_or_insert(place);
+                        }
+                    }
                 }
                 if options.keep_ptx && device.vendor() == Vendor::Nvidia {
                     for &(i, _) in &selection.compatible {
@@ -547,11 +575,22 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
             }
         }
     }
+    // A file none of whose modules has an image for a device: no kernel of
+    // it can run there. Some without one are what the CUDA rule allows.
+    let mut partly = Vec::new();
+    for (d, (total, without, first)) in modules.into_iter().enumerate() {
+        match first {
+            Some(place) if without == total => missing.push(place),
+            Some(_) => partly.push((options.devices[d].to_string(), without, total)),
+            None => {}
+        }
+    }
     Plan {
         keep,
         chosen,
         reasons,
         missing,
+        partly,
     }
 }
 

@@ -166,6 +166,12 @@ pub fn human(run: &Run<'_>) -> String {
                 "  {device} has no image in the {section} container at {at:#x}"
             );
         }
+        for (device, without, total) in &r.partly {
+            let _ = writeln!(
+                s,
+                "  {device}: {without} of {total} CUDA modules have no image for it, which the CUDA rule allows (only a launch of one of their kernels fails)"
+            );
+        }
         for note in &r.notes {
             let _ = writeln!(s, "  note: {note}");
         }
@@ -310,6 +316,7 @@ pub fn json(run: &Run<'_>) -> String {
                 "sections_left": r.sections_left.iter().map(|(s, why)| json!({"section": s, "reason": why})).collect::<Vec<_>>(),
                 "holes": r.holes.iter().map(|h| json!({"section": h.section, "reason": h.why, "bytes": h.bytes})).collect::<Vec<_>>(),
                 "missing": r.missing.iter().map(|(d, s, at)| json!({"device": d, "section": s, "offset": at})).collect::<Vec<_>>(),
+                "partly": r.partly.iter().map(|(d, without, total)| json!({"device": d, "modules_without_image": without, "modules": total})).collect::<Vec<_>>(),
                 "notes": r.notes,
                 "other_gpus": other_gpus,
             })
