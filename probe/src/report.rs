@@ -357,7 +357,13 @@ fn scope_row(
     row.size = last.offset() + last.len() - first.offset();
     row.containers = (containers.len() > 1).then_some(containers.len());
     row.format = Some(first.format().name());
-    row.kernel_less = containers.iter().all(|c| c.is_kernel_less());
+    // Only a device without an image asks whether the container is nvlink's
+    // kernel-less stub (which inflates its cubin), and only in the sections
+    // nvlink writes: a fat binary kept as data is the library's own module.
+    let stub_section = row.rule != Some(offload_loader::rule::Rule::Data);
+    row.kernel_less = stub_section
+        && selections.iter().any(|s| s.chosen.is_none())
+        && containers.iter().all(|c| c.is_kernel_less());
     row.compression = first.compression().map(|h| CompressionReport {
         version: h.version,
         method: h.method.name(),

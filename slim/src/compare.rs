@@ -220,13 +220,7 @@ fn relative_words(f: &Elf<'_>) -> std::collections::BTreeMap<u64, u64> {
 fn omp_table(old: &Elf<'_>, new: &Elf<'_>, map: &Map) -> Result<Option<OmpTable>, String> {
     let (ow, nw) = (relative_words(old), relative_words(new));
     // OpenMP's images are in its offload sections, not among host data.
-    let into = |v: u64| {
-        map.inside(v).is_some()
-            && !map
-                .among_host_data
-                .iter()
-                .any(|&(s, l)| v >= s && v - s <= l)
-    };
+    let into = |v: u64| map.inside(v).is_some() && !map.among_host_data(v);
     let slots: Vec<u64> = ow
         .iter()
         .filter(|(&at, &v)| {
@@ -521,6 +515,13 @@ impl Map {
             }
             offload.push(((ob, os.sh_size(LE), nb, ns.sh_size(LE)), containers));
         }
+        // Looked up by address (`near`): thousands of containers, a lookup
+        // for each relocation and differing word.
+        offload.sort_by_key(|e| e.0 .0);
+        for (_, cs) in &mut offload {
+            cs.sort_by_key(|c| c.0);
+        }
+        among_host_data.sort_unstable();
         Ok(Map {
             offload,
             among_host_data,
@@ -533,14 +534,13 @@ impl Map {
     /// now: `None` where it has none (inside a rewritten container, in one
     /// that went), or `v` is not in one.
     fn inside(&self, v: u64) -> Option<Option<u64>> {
-        let &((start, size, new_start, new_size), ref cs) = self
-            .offload
+        let &((start, size, new_start, new_size), ref cs) = near(&self.offload, |e| e.0 .0, v)
             .iter()
             .find(|&&((s, l, _, _), _)| v >= s && v <= s.saturating_add(l))?;
         if v == start {
             return Some(Some(new_start));
         }
-        for &(o, l, n, nl, same) in cs {
+        for &(o, l, n, nl, same) in near(cs, |c| c.0, v) {
             if v == o {
                 return Some(Some(n));
             }
@@ -576,26 +576,44 @@ impl Map {
     /// For old place `v` in a container that went (in no kept one), its
     /// section's new end: where the patcher points what named it.
     fn went(&self, v: u64) -> Option<u64> {
-        let &((start, size, new_start, new_size), ref cs) = self
-            .offload
+        let &((start, size, new_start, new_size), ref cs) = near(&self.offload, |e| e.0 .0, v)
             .iter()
             .find(|&&((s, l, _, _), _)| v >= s && v - s < l)?;
-        let kept = cs.iter().any(|&(o, l, _, _, _)| v >= o && v - o < l);
+        let kept = near(cs, |c| c.0, v)
+            .iter()
+            .any(|&(o, l, _, _, _)| v >= o && v - o < l);
         (!kept && size > 0 && v >= start).then_some(new_start.wrapping_add(new_size))
     }
 
     fn at_end(&self, v: u64) -> bool {
-        self.offload
+        near(&self.offload, |e| e.0 .0, v)
             .iter()
             .any(|&((s, l, _, _), _)| v == s.wrapping_add(l))
     }
 
     /// Whether old place `v` lies in an offload section.
     fn in_offload(&self, v: u64) -> bool {
-        self.offload
+        near(&self.offload, |e| e.0 .0, v)
             .iter()
             .any(|&((s, l, _, _), _)| v >= s && v - s < l)
     }
+
+    /// Whether old place `v` lies in or at the end of a container among
+    /// host data.
+    fn among_host_data(&self, v: u64) -> bool {
+        near(&self.among_host_data, |e| e.0, v)
+            .iter()
+            .any(|&(s, l)| v >= s && v - s <= l)
+    }
+}
+
+/// The entries of `list` (sorted by `start`, disjoint but for a shared
+/// end) that may hold `v`: the two, at most, that start at or before it, in
+/// order, so that the first that holds it is the one a walk from the start
+/// would find.
+fn near<T>(list: &[T], start: impl Fn(&T) -> u64, v: u64) -> &[T] {
+    let i = list.partition_point(|e| start(e) <= v);
+    &list[i.saturating_sub(2)..i]
 }
 
 /// The containers found among host data in the file range `at..at + size`.

@@ -518,7 +518,10 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
                     .iter()
                     .any(|i| i.triple.gpu_vendor() == Some(v))
             };
-            let kernel_less = scope.containers().iter().all(|c| c.is_kernel_less());
+            // Whether it is nvlink's kernel-less stub, which no device needs
+            // an image from: asked (it inflates the cubin) only where a
+            // device has none, and only in the sections nvlink writes.
+            let mut kernel_less = None;
             for (d, device) in options.devices.iter().enumerate() {
                 let selection = select(device, &scope, &Policy::default());
                 if let Some(i) = selection.chosen {
@@ -527,8 +530,12 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
                         chosen[d].push((c.offset(), j));
                     }
                 }
-                if targets(device.vendor()) && !kernel_less {
-                    let without = selection.chosen.is_none();
+                let without = selection.chosen.is_none();
+                let stub = without
+                    && *kernel_less.get_or_insert_with(|| {
+                        rule != Rule::Data && scope.containers().iter().all(|c| c.is_kernel_less())
+                    });
+                if targets(device.vendor()) && !stub {
                     let place = (device.to_string(), s.section.name.clone(), first.offset());
                     if rule.registered() && without {
                         missing.push(place);

@@ -16,7 +16,7 @@
 //! containers themselves are never searched, only their headers read; and
 //! overlapping section headers are searched once.
 
-use memchr::memmem::Finder;
+use aho_corasick::{AhoCorasick, Input, MatchKind};
 use object::elf::{self, FileHeader64};
 use object::read::elf::{FileHeader, SectionHeader};
 use object::Endianness;
@@ -25,6 +25,7 @@ use super::{section_role, OffloadSection, SectionRole};
 use crate::container::{Container, Format};
 use crate::limits::Limits;
 use crate::magic;
+use once_cell::sync::OnceCell;
 
 /// Sections of these types hold what the linker and the dynamic loader
 /// read, never data a program loads as GPU code.
@@ -145,27 +146,19 @@ fn searched_once(sections: Vec<OffloadSection>) -> Vec<OffloadSection> {
 }
 
 /// Every whole container in `bytes`, with offsets relative to `bytes`.
+///
+/// The four magics are searched for together, in one pass (Aho-Corasick,
+/// SIMD where the processor has it), from one container's end to the next
+/// match: the bytes of a container found are not searched. cuFFT's 280 MB
+/// `.ldata` is so searched in its gaps only.
 pub(super) fn find<'a>(bytes: &'a [u8], limits: &Limits) -> Vec<Container<'a>> {
-    let magics: [&[u8]; 4] = [
-        magic::NV_FATBIN,
-        magic::BUNDLE,
-        magic::COMPRESSED_BUNDLE,
-        magic::OFFLOAD_BINARY,
-    ];
-    let finders = magics.map(Finder::new);
-    // The next match of each magic at or after `pos`, kept until passed.
-    let mut next: [Option<usize>; 4] = [Some(0); 4];
     let mut found = Vec::new();
     let mut pos = 0usize;
     while pos < bytes.len() {
-        for (n, finder) in next.iter_mut().zip(&finders) {
-            if n.is_some_and(|at| at < pos) {
-                *n = finder.find(&bytes[pos..]).map(|at| pos + at);
-            }
-        }
-        let Some(start) = next.iter().flatten().copied().min() else {
+        let Some(m) = magics().find(Input::new(bytes).span(pos..bytes.len())) else {
             break;
         };
+        let start = m.start();
         pos = match whole(&bytes[start..], limits) {
             Some(mut c) => {
                 c.rebase(start as u64);
@@ -177,6 +170,23 @@ pub(super) fn find<'a>(bytes: &'a [u8], limits: &Limits) -> Vec<Container<'a>> {
         };
     }
     found
+}
+
+/// The searcher of the four container magics, built once.
+fn magics() -> &'static AhoCorasick {
+    static MAGICS: OnceCell<AhoCorasick> = OnceCell::new();
+    MAGICS.get_or_init(|| {
+        let magics: [&[u8]; 4] = [
+            magic::NV_FATBIN,
+            magic::BUNDLE,
+            magic::COMPRESSED_BUNDLE,
+            magic::OFFLOAD_BINARY,
+        ];
+        AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostFirst)
+            .build(magics)
+            .expect("four short literal patterns always build")
+    })
 }
 
 /// The container at the start of `bytes`, if all of it reads: its header and
@@ -241,6 +251,60 @@ mod tests {
             ]
         );
         assert_eq!(found[1].images()[0].arch.to_string(), "sm_90");
+    }
+
+    /// The search over gaps finds what trying every offset finds, on
+    /// bytes full of the magics' first bytes, stray magics and containers.
+    #[test]
+    fn the_search_finds_what_trying_every_offset_finds() {
+        let limits = Limits::default();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let pieces: [&[u8]; 6] = [
+            magic::NV_FATBIN,
+            magic::BUNDLE,
+            magic::COMPRESSED_BUNDLE,
+            magic::OFFLOAD_BINARY,
+            b"\x50\xed\x55",
+            b"_CC\x10",
+        ];
+        for round in 0..50 {
+            let mut data = Vec::new();
+            while data.len() < 20_000 {
+                match next() % 8 {
+                    0 => data.extend(fatbin(50 + (next() % 60) as u32, &[round as u8; 24])),
+                    1..=3 => data.extend(pieces[(next() % 6) as usize]),
+                    _ => data.extend((0..next() % 64).map(|_| next() as u8)),
+                }
+            }
+            let mut naive = Vec::new();
+            let mut pos = 0;
+            while pos < data.len() {
+                let here = &data[pos..];
+                match pieces[..4]
+                    .iter()
+                    .any(|m| here.starts_with(m))
+                    .then(|| whole(here, &limits))
+                {
+                    Some(Some(c)) => {
+                        naive.push((pos as u64, c.len()));
+                        pos += c.len() as usize;
+                    }
+                    _ => pos += 1,
+                }
+            }
+            let fast: Vec<(u64, u64)> = find(&data, &limits)
+                .iter()
+                .map(|c| (c.offset(), c.len()))
+                .collect();
+            assert!(!naive.is_empty());
+            assert_eq!(fast, naive, "round {round}");
+        }
     }
 
     #[test]
