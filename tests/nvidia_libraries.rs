@@ -297,6 +297,9 @@ fn slimmed_for_sm_90_they_shrink_and_keep_their_images_byte_for_byte() {
         ("nvidia-cufft-cu12", "libcufft.so.11", ".ldata"),
         ("nvidia-cublas-cu12", "libcublasLt.so.12", ".cask_resource"),
         ("nvidia-nccl-cu12", "libnccl.so.2", "__nv_relfatbin"),
+        ("nvidia-cufft", "libcufft.so.12", ".data"),
+        ("nvidia-cublas", "libcublasLt.so.13", ".cask_resource"),
+        ("nvidia-nccl-cu13", "libnccl.so.2", "__nv_relfatbin"),
     ];
     for (wheel, name, section) in cases {
         let Some(lib) = library(wheel, name) else {
