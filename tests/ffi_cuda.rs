@@ -85,3 +85,78 @@ fn nvcc_program_registers_selects_and_resolves() {
         assert_eq!(size.to_string(), reported, "{device}: {load} vs {stdout}");
     }
 }
+
+/// The `-rdc` recipe of the README: objects compiled with `-rdc=true
+/// -cudart none`, device-linked by `nvcc -dlink` *without* `-cudart none`
+/// (which would imply `-nodlink`), and linked with `liboffload_loader`: the
+/// device-link stub needs only `__cudaRegisterFatBinary`, its `End`,
+/// `__cudaUnregisterFatBinary` and the objects' `__fatbinwrap_*`, and a
+/// kernel defined in one translation unit is resolved from another.
+#[test]
+fn rdc_programs_link_and_resolve_across_translation_units() {
+    let Some(cuda) = support::cuda() else { return };
+    let (Some(lib), Some(_)) = (
+        support::built("liboffload_loader.so"),
+        support::built("liboffload_test_drivers.so"),
+    ) else {
+        return;
+    };
+    let Some(gxx) = support::system_tool("g++", "g++") else {
+        return;
+    };
+    let dir = support::temp_dir();
+    let include = support::workspace().join("ffi/include");
+    std::fs::write(
+        dir.join("a.cu"),
+        "#include <cstdio>\n#include \"offload_loader.h\"\n\
+         __global__ void use(int *x);\n\
+         int main() {\n  uint64_t k = 0;\n\
+           int r = offload_loader_kernel((const void *)use, 0, &k);\n\
+           printf(\"kernel use: %s\\n\", r == 0 ? \"resolved\" : offload_loader_last_error());\n\
+           return r != 0;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("b.cu"),
+        "__device__ int shared_value = 3;\n\
+         __global__ void use(int *x) { *x = shared_value; }\n",
+    )
+    .unwrap();
+    let nvcc = |args: &[&str]| {
+        let out = cuda
+            .nvcc_command()
+            .current_dir(&*dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "nvcc {args:?}: {out:?}");
+    };
+    let inc = format!("-I{}", include.display());
+    nvcc(&[
+        "-rdc=true",
+        "-cudart",
+        "none",
+        "-arch=sm_80",
+        &inc,
+        "-c",
+        "a.cu",
+        "b.cu",
+    ]);
+    nvcc(&["-dlink", "-arch=sm_80", "a.o", "b.o", "-o", "dlink.o"]);
+    let libdir = lib.parent().unwrap().display().to_string();
+    let out = Command::new(gxx)
+        .current_dir(&*dir)
+        .args(["a.o", "b.o", "dlink.o", "-o", "rdc"])
+        .arg(format!("-L{libdir}"))
+        .arg("-loffload_loader")
+        .arg(format!("-Wl,-rpath,{libdir}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "link: {out:?}");
+    let (stdout, stderr, log) = run(&dir.join("rdc"), "8.0");
+    assert!(
+        stdout.contains("kernel use: resolved"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(log.lines().any(|l| l.starts_with("cuda load")), "{log}");
+}

@@ -269,16 +269,21 @@ fn copy_range(source: &File, dest: &File, start: u64, end: u64) -> std::io::Resu
         let mut from = at as libc::loff_t;
         let mut to = at as libc::loff_t;
         let want = (end - at).min(1 << 30) as usize;
+        // The system call itself, not glibc's wrapper: the wheel's binary
+        // links against glibc 2.17 (manylinux2014), which has none (2.27
+        // added it); a kernel older than 4.5 answers ENOSYS, and the copy
+        // falls back to reads and writes as for any other refusal.
         // SAFETY: both descriptors are open; the offsets are ours, updated
-        // by the call.
+        // by the call; the arguments are those copy_file_range(2) takes.
         let n = unsafe {
-            libc::copy_file_range(
+            libc::syscall(
+                libc::SYS_copy_file_range,
                 source.as_raw_fd(),
-                &mut from,
+                &mut from as *mut libc::loff_t,
                 dest.as_raw_fd(),
-                &mut to,
+                &mut to as *mut libc::loff_t,
                 want,
-                0,
+                0u32,
             )
         };
         match n {
