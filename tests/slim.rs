@@ -82,30 +82,6 @@ fn elflint_clean(original: &Path, result: &Path) {
     }
 }
 
-/// The dynamic symbols `nm -D` lists as defined.
-fn dynamic_symbols(file: &Path) -> Vec<String> {
-    let out = run_ok(Command::new("nm").args(["-D", "--defined-only"]).arg(file));
-    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(2).map(String::from))
-        .collect();
-    v.sort();
-    v
-}
-
-/// `dlopen(file, RTLD_NOW)` in a child process: the error, or `None`.
-fn dlopen(file: &Path) -> Option<String> {
-    let python = system_tool("python3", "python3")?;
-    let out = Command::new(python)
-        .arg("-c")
-        .arg("import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW); print('ok')")
-        .arg(file)
-        .output()
-        .unwrap();
-    (String::from_utf8_lossy(&out.stdout).trim() != "ok")
-        .then(|| String::from_utf8_lossy(&out.stderr).replace(&file.display().to_string(), "FILE"))
-}
-
 /// The result `dlopen`s with `RTLD_NOW` as the original does (a library
 /// built with `-nogpulib` fails both for want of the HIP runtime).
 fn dlopens_as_before(original: &Path, result: &Path) {

@@ -2,6 +2,7 @@
 //! packages that ship them.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use super::missing;
@@ -202,7 +203,7 @@ pub fn unpacked_wheel(prefix: &str, requirement: &str) -> Option<PathBuf> {
         let _ = std::fs::remove_dir_all(&site);
         std::fs::create_dir_all(&site).unwrap();
         super::run_ok(
-            std::process::Command::new("python3")
+            Command::new("python3")
                 .args(["-m", "zipfile", "-e"])
                 .arg(&wheel)
                 .arg(&site),
@@ -214,13 +215,33 @@ pub fn unpacked_wheel(prefix: &str, requirement: &str) -> Option<PathBuf> {
 
 /// The SONAME `readelf -d` reads in shared object `lib`.
 pub fn soname(lib: &Path) -> Option<String> {
-    let out = std::process::Command::new("readelf")
-        .arg("-d")
-        .arg(lib)
-        .output()
-        .ok()?;
+    let out = Command::new("readelf").arg("-d").arg(lib).output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.contains("(SONAME)"))?;
     let name = line.split_once('[')?.1.split_once(']')?.0;
     Some(name.to_string())
+}
+
+/// The dynamic symbols `nm -D` lists as defined.
+pub fn dynamic_symbols(file: &Path) -> Vec<String> {
+    let out = super::run_ok(Command::new("nm").args(["-D", "--defined-only"]).arg(file));
+    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(String::from))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `dlopen(file, RTLD_NOW)` in a child process: the error, or `None`.
+pub fn dlopen(file: &Path) -> Option<String> {
+    let python = system_tool("python3", "python3")?;
+    let out = Command::new(python)
+        .arg("-c")
+        .arg("import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW); print('ok')")
+        .arg(file)
+        .output()
+        .unwrap();
+    (String::from_utf8_lossy(&out.stdout).trim() != "ok")
+        .then(|| String::from_utf8_lossy(&out.stderr).replace(&file.display().to_string(), "FILE"))
 }
