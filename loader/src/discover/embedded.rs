@@ -160,13 +160,16 @@ pub(super) fn find<'a>(bytes: &'a [u8], limits: &Limits) -> Vec<Container<'a>> {
         };
         let start = m.start();
         pos = match whole(&bytes[start..], limits) {
-            Some(mut c) => {
+            Ok(mut c) => {
                 c.rebase(start as u64);
                 let end = start + c.len() as usize;
                 found.push(c);
                 end
             }
-            None => start + 1,
+            // Past what the failed parse read, never inside it: bytes full
+            // of magics whose tables each run to the end would otherwise be
+            // read once per magic, quadratic in the section (as `scan`).
+            Err(read) => start.saturating_add(read.max(1)).min(bytes.len()),
         };
     }
     found
@@ -192,12 +195,17 @@ fn magics() -> &'static AhoCorasick {
 /// The container at the start of `bytes`, if all of it reads: its header and
 /// table, with at least one image; or an empty NVIDIA fat binary (16 bytes
 /// no other data has by chance: what `slim` leaves of a module no device
-/// loads).
-fn whole<'a>(bytes: &'a [u8], limits: &Limits) -> Option<Container<'a>> {
-    let c = Container::parse(bytes, limits).ok()?;
+/// loads). Else how many bytes the attempt read (where its error is).
+fn whole<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Container<'a>, usize> {
+    let c = Container::parse(bytes, limits)
+        .map_err(|e| usize::try_from(e.offset).unwrap_or(usize::MAX))?;
     let fits = c.len() >= SMALLEST && c.len() <= bytes.len() as u64;
     let empty_fatbin = c.format() == Format::NvFatbin && c.len() == SMALLEST;
-    (fits && (!c.images().is_empty() || empty_fatbin)).then_some(c)
+    if fits && (!c.images().is_empty() || empty_fatbin) {
+        Ok(c)
+    } else {
+        Err(1)
+    }
 }
 
 #[cfg(test)]
@@ -291,11 +299,12 @@ mod tests {
                     .any(|m| here.starts_with(m))
                     .then(|| whole(here, &limits))
                 {
-                    Some(Some(c)) => {
+                    Some(Ok(c)) => {
                         naive.push((pos as u64, c.len()));
                         pos += c.len() as usize;
                     }
-                    _ => pos += 1,
+                    Some(Err(read)) => pos += read.max(1),
+                    None => pos += 1,
                 }
             }
             let fast: Vec<(u64, u64)> = find(&data, &limits)
