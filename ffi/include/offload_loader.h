@@ -109,6 +109,12 @@ void **__cudaRegisterFatBinary(void *wrapper);
 void __cudaRegisterFatBinaryEnd(void **handle);
 /* Releases a handle once, as __hipUnregisterFatBinary. */
 void __cudaUnregisterFatBinary(void **handle);
+/* nvcc's managed-variable initialiser calls this (nvcc 13.0 emits it into every
+ * -cudart none program with a device variable): loads the selected image on
+ * every device that has one. 1 when one was loaded; 0 and the last error for a
+ * handle that names no registered fat binary, or a failed load. Not from a
+ * constructor: it detects the devices. */
+char __cudaInitModule(void **handle);
 void __cudaRegisterFunction(void **handle, const char *host_fun,
                             char *device_fun, const char *name,
                             int thread_limit, void *tid, void *bid,

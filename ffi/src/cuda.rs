@@ -25,7 +25,7 @@ use offload_loader::registration::WrapperKind;
 
 use crate::hip::Handle;
 use crate::library::SymbolKind;
-use crate::registry;
+use crate::registry::{self, HandleState};
 use crate::runtime;
 use crate::slots::Runtime;
 use crate::{guard, set_last_error};
@@ -50,6 +50,28 @@ pub extern "C" fn __cudaRegisterFatBinary(wrapper: *mut c_void) -> Handle {
 /// `OFFLOAD_LOADER_EAGER=1`).
 #[no_mangle]
 pub extern "C" fn __cudaRegisterFatBinaryEnd(_handle: Handle) {}
+
+/// What nvcc's managed-variable initialiser (`__nv_init_managed_rt_with_module`)
+/// calls before host code first touches a `__managed__` variable: the fat
+/// binary's selected image loaded on every device that has one, as cudart
+/// loads the module then. nvcc 13.0 emits that initialiser into every
+/// `-cudart none` program with a device variable (seen on an H100 machine),
+/// so the program does not link without this. 1 when an image was loaded;
+/// 0, and the last error, for a handle that names no registered fat binary
+/// or a load that failed. Never call it from a constructor: it detects the
+/// devices (the loader-lock rule).
+#[no_mangle]
+pub extern "C" fn __cudaInitModule(handle: Handle) -> c_char {
+    guard(0, || match registry::handle(handle as usize) {
+        HandleState::Library(id) => c_char::from(runtime::init_module(id)),
+        _ => {
+            set_last_error(format!(
+                "__cudaInitModule: {handle:p} is not the handle of a registered fat binary"
+            ));
+            0
+        }
+    })
+}
 
 /// Unregisters the fat binary and unloads what was loaded from it. A handle
 /// that was never issued, or was already released, is an error recorded for

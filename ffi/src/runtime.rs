@@ -131,12 +131,23 @@ pub(crate) fn settle() {
     }
 }
 
+/// `__cudaInitModule`: library `id`'s selected image loaded on every device
+/// that has one, its symbols resolved (as [`load_everything`]); whether one
+/// was loaded.
+pub(crate) fn init_module(id: usize) -> bool {
+    loader_lock::check("__cudaInitModule");
+    settle();
+    registry::library(id).is_some_and(|library| load_everything(&library, detection()))
+}
+
 /// `OFFLOAD_LOADER_EAGER=1`: loads the selected image on every device and
 /// resolves every registered symbol; failures become the last error.
-fn load_everything(library: &Library, detection: &'static Detection) {
+/// Whether an image was loaded on some device.
+fn load_everything(library: &Library, detection: &'static Detection) -> bool {
     let Some(made) = made(library, detection) else {
-        return;
+        return false;
     };
+    let mut loaded = false;
     let symbols = registry::symbols(library.id);
     for device in 0..made.selections.len() {
         if made.selections[device].chosen.is_none() {
@@ -146,12 +157,14 @@ fn load_everything(library: &Library, detection: &'static Detection) {
             crate::set_last_error(e.to_string());
             continue;
         }
+        loaded = true;
         for symbol in &symbols {
             if let Err(e) = resolve_in(library, detection, made, device, symbol) {
                 crate::set_last_error(e.to_string());
             }
         }
     }
+    loaded
 }
 
 /// What was made of `library` for `detection`: the selection for each

@@ -9,11 +9,6 @@
 
 __device__ int scale = 1;
 
-// nvcc 13.0 (not 13.5) references this from the managed-variable initialiser
-// it emits into every -cudart none program with a device variable, and
-// liboffload_loader does not provide it yet (managed variables: issue 27).
-// This program has no managed variable, so the initialiser never calls it.
-extern "C" char __cudaInitModule(void **) { return 0; }
 extern "C" __global__ void add_one(int *x) { x[threadIdx.x] += scale; }
 
 #define CHECK(call)                                                   \

@@ -73,6 +73,7 @@ static void double_release(void) {
   expect(has_error() && strstr(offload_loader_last_error(), "already released"), "second release reported");
   __hipRegisterFunction(h, &host_stubs[1], (char *)kernel_name, kernel_name, -1, 0, 0, 0, 0, 0);
   expect(strstr(offload_loader_last_error(), "not a live handle") != NULL, "use after release reported");
+  expect(__cudaInitModule(h) == 0 && has_error(), "init of a released handle reported");
   expect(offload_loader_library_count() == before, "library count kept after unregistration");
   uint64_t k = 0;
   expect(offload_loader_kernel(&host_stubs[0], 0, &k) == OFFLOAD_LOADER_NOT_FOUND, "released kernel not found");
@@ -88,6 +89,7 @@ static void foreign_handle(void) {
     __hipRegisterVar(foreign[i], &host_stubs[3], (char *)kernel_name, kernel_name, 0, 4, 0, 0);
     __hipRegisterManagedVar(foreign[i], (void **)&host_stubs[4], 0, kernel_name, 4, 4);
     expect(strstr(offload_loader_last_error(), "not a live handle") != NULL, "foreign handle reported");
+    expect(__cudaInitModule(foreign[i]) == 0 && has_error(), "foreign init reported");
   }
   void **h = register_one(5);
   __tgt_unregister_lib(h);
@@ -105,6 +107,7 @@ static void nulls(void) {
   __hipRegisterTexture(NULL, NULL, NULL, NULL, 0, 0, 0);
   __hipUnregisterFatBinary(h);
   __hipUnregisterFatBinary(NULL);
+  expect(__cudaInitModule(NULL) == 0 && has_error(), "null init reported");
   void **good = register_one(6);
   __hipRegisterFunction(good, &host_stubs[7], NULL, NULL, 0, 0, 0, 0, 0, 0);
   expect(strstr(offload_loader_last_error(), "without a name") != NULL, "nameless symbol reported");
