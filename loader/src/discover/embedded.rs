@@ -61,8 +61,11 @@ pub(super) fn searched(sh_type: u32, flags: u64) -> bool {
 /// A file with a searched section this large may hold GPU code as data,
 /// whatever its section names say: the quick look of a directory scan maps
 /// it (CUDA 13's cuFFT names no offload section, and keeps 216 MB of fat
-/// binaries in `.data`); smaller data is searched in files mapped anyway.
-pub(super) const LARGE_DATA: u64 = 1 << 20;
+/// binaries in `.data`); smaller data is searched in files mapped anyway,
+/// and in every file named. At 1 MiB, the scan of Debian's
+/// `/usr/lib/x86_64-linux-gnu` mapped and searched dozens of libraries' data
+/// (ICU's, LLVM's) and took 40 times as long.
+pub(super) const LARGE_DATA: u64 = 64 << 20;
 
 /// The smallest container: an NVIDIA fat binary's 16-byte header.
 const SMALLEST: u64 = 16;
