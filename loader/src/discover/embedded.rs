@@ -157,6 +157,13 @@ fn searched_once(sections: Vec<OffloadSection>) -> Vec<OffloadSection> {
 pub(super) fn find<'a>(bytes: &'a [u8], limits: &Limits) -> Vec<Container<'a>> {
     let mut found = Vec::new();
     let mut pos = 0usize;
+    // What failed parses may read in all: a few times the bytes. Within it,
+    // the search resumes right after a failed match, so a truncated copy
+    // does not hide the whole container after it; past it, beyond what
+    // each failed parse read, so bytes full of magics whose tables run on
+    // are not read once per magic (quadratic in the section, as `scan`
+    // guards against).
+    let mut budget = bytes.len().saturating_mul(4).max(1 << 20);
     while pos < bytes.len() {
         let Some(m) = magics().find(Input::new(bytes).span(pos..bytes.len())) else {
             break;
@@ -169,10 +176,11 @@ pub(super) fn find<'a>(bytes: &'a [u8], limits: &Limits) -> Vec<Container<'a>> {
                 found.push(c);
                 end
             }
-            // Past what the failed parse read, never inside it: bytes full
-            // of magics whose tables each run to the end would otherwise be
-            // read once per magic, quadratic in the section (as `scan`).
-            Err(read) => start.saturating_add(read.max(1)).min(bytes.len()),
+            Err(read) => {
+                budget = budget.saturating_sub(read);
+                let skip = if budget > 0 { 1 } else { read.max(1) };
+                start.saturating_add(skip).min(bytes.len())
+            }
         };
     }
     found
@@ -306,8 +314,7 @@ mod tests {
                         naive.push((pos as u64, c.len()));
                         pos += c.len() as usize;
                     }
-                    Some(Err(read)) => pos += read.max(1),
-                    None => pos += 1,
+                    _ => pos += 1,
                 }
             }
             let fast: Vec<(u64, u64)> = find(&data, &limits)
@@ -317,6 +324,20 @@ mod tests {
             assert!(!naive.is_empty());
             assert_eq!(fast, naive, "round {round}");
         }
+    }
+
+    /// A truncated copy (its header promising bytes that are another
+    /// container's) does not hide the whole container after it.
+    #[test]
+    fn a_truncated_copy_does_not_hide_the_container_after_it() {
+        let big = fatbin(80, &[0xcc; 1024]);
+        let whole_one = fatbin(90, &[0xdd; 32]);
+        let mut data = big[..40].to_vec();
+        let at = data.len();
+        data.extend(&whole_one);
+        let found = find(&data, &Limits::default());
+        let at_len: Vec<(u64, u64)> = found.iter().map(|c| (c.offset(), c.len())).collect();
+        assert_eq!(at_len, [(at as u64, whole_one.len() as u64)]);
     }
 
     #[test]
