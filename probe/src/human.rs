@@ -306,7 +306,8 @@ fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], v
     }
 }
 
-fn size(bytes: u64) -> String {
+/// `bytes` in B, KiB, MiB or GiB, as the human reports write sizes.
+pub(crate) fn size(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
     let mut value = bytes as f64;
     let mut unit = 0;

@@ -7,6 +7,7 @@ use std::path::Path;
 use offload_slim::{FileReport, Options, Outcome};
 
 use super::complete::{Summary, FOR_OTHER_GPUS};
+use crate::human::size;
 
 /// What becomes of a file for other GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,21 +65,6 @@ impl Run<'_> {
             (OtherGpuFiles::Removed, true, _) => "would be removed",
             (OtherGpuFiles::Removed, false, _) => "removed",
         }
-    }
-}
-
-fn size(n: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
     }
 }
 
