@@ -62,4 +62,4 @@ pub use discover::FileError;
 pub use error::{Error, ErrorKind, Result};
 pub use image::{CodeKind, Content, Image};
 pub use limits::Limits;
-pub use select::{select, DeviceTarget, ImageSource, Policy, Rejection, Selection};
+pub use select::{preference, select, DeviceTarget, ImageSource, Policy, Rejection, Selection};

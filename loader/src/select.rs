@@ -479,6 +479,59 @@ pub fn select<S: ImageSource + ?Sized>(
     }
 }
 
+/// The images in an order that needs no device: for every device whose
+/// feature settings are known (as a vendor runtime knows them), the first
+/// image in this order that [`check`] finds compatible is the one [`select`]
+/// chooses. Native code before PTX; a specific processor before its generic
+/// family; more stated feature settings before fewer ("any"); the closest
+/// architecture first (NVIDIA: the highest capability, then arch- before
+/// family-specific before base); ties in table order. Used where a vendor
+/// runtime takes the first compatible image of a table it is handed
+/// (libomptarget, "the first compatible image in descriptor order").
+pub fn preference(images: &[Image]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..images.len()).collect();
+    // Stable, best first, as `rank` sorts the compatible ones.
+    order.sort_by_key(|&i| std::cmp::Reverse(static_fit(&images[i])));
+    order
+}
+
+/// The [`Fit`] `image` has on any device it is compatible with and whose
+/// feature settings are all known: what it is, not where it runs.
+fn static_fit(image: &Image) -> Fit {
+    let code = image.content.as_ref().map(|c| c.code);
+    match &image.arch {
+        Arch::Amdgpu(id) => Fit {
+            native: true,
+            specific: !id.processor.is_generic(),
+            certain: true,
+            exact_features: id.stated_features() as u8,
+            capability: (0, 0),
+            variant: 0,
+        },
+        Arch::Nvptx(arch) => Fit {
+            native: !(code == Some(CodeKind::Ptx) || image.declared == Some(CodeKind::Ptx)),
+            specific: true,
+            certain: true,
+            exact_features: 0,
+            capability: (arch.capability.major, arch.capability.minor),
+            variant: match arch.variant {
+                ArchVariant::ArchSpecific => 2,
+                ArchVariant::FamilySpecific => 1,
+                ArchVariant::Base => 0,
+            },
+        },
+        // Never compatible: their place does not matter.
+        _ => Fit {
+            native: false,
+            specific: false,
+            certain: false,
+            exact_features: 0,
+            capability: (0, 0),
+            variant: 0,
+        },
+    }
+}
+
 /// Ranks `images` for `device`, with `read[i]` the header content read for
 /// image `i` where the image records none.
 fn rank(
@@ -1126,5 +1179,141 @@ mod tests {
                 .to_string(),
             "gfx90a:sramecc+:xnack-"
         );
+    }
+
+    /// Every image a device of LLVM 22's processor table or of CUDA's
+    /// capabilities could be handed: each AMD processor and generic family
+    /// with every feature setting it allows, and for each NVIDIA capability
+    /// its base, arch- and family-specific cubins and its PTX.
+    fn universe() -> Vec<Image> {
+        use crate::target::Processor;
+        let mut ids = Vec::new();
+        for p in Processor::all() {
+            let settings = |on: bool| {
+                if on {
+                    &["", ":xnack+", ":xnack-"][..]
+                } else {
+                    &[""][..]
+                }
+            };
+            let sram = if p.sramecc {
+                &["", ":sramecc+", ":sramecc-"][..]
+            } else {
+                &[""][..]
+            };
+            for s in sram {
+                for x in settings(p.xnack) {
+                    ids.push(format!("openmp-amdgcn-amd-amdhsa--{}{s}{x}", p.name));
+                }
+            }
+        }
+        let mut all = images(&ids.iter().map(String::as_str).collect::<Vec<_>>());
+        for sm in NV_SMS {
+            for (suffix, ptx) in [("", false), ("a", false), ("f", false), ("", true)] {
+                let prefix = if ptx { "compute" } else { "sm" };
+                let id = format!("openmp-nvptx64-nvidia-cuda--{prefix}_{sm}{suffix}");
+                let mut image = images(&[&id]).remove(0);
+                image.index = all.len();
+                image.declared = Some(if ptx { CodeKind::Ptx } else { CodeKind::Cubin });
+                all.push(image);
+            }
+        }
+        all
+    }
+
+    const NV_SMS: [u32; 22] = [
+        50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121, 35,
+        37,
+    ];
+
+    /// Every device: each specific AMD processor with each known setting of
+    /// the features it supports (a vendor runtime always knows them), and
+    /// each NVIDIA capability.
+    fn devices() -> Vec<DeviceTarget> {
+        use crate::target::{Feature, Processor, TargetId};
+        let mut devices = Vec::new();
+        for p in Processor::all().iter().filter(|p| !p.is_generic()) {
+            let known = |on: bool| {
+                if on {
+                    vec![FeatureSetting::On, FeatureSetting::Off]
+                } else {
+                    vec![FeatureSetting::Any]
+                }
+            };
+            for s in known(p.sramecc) {
+                for x in known(p.xnack) {
+                    let id = TargetId::new(p)
+                        .with(Feature::Sramecc, s)
+                        .with(Feature::Xnack, x);
+                    devices.push(DeviceTarget::Amdgpu(id));
+                }
+            }
+        }
+        for sm in NV_SMS {
+            devices.push(DeviceTarget::nvidia(
+                ComputeCapability::from_sm(sm).unwrap(),
+            ));
+        }
+        devices
+    }
+
+    /// The first image of `preference`'s order that `check` accepts.
+    fn first_fit(device: &DeviceTarget, images: &[Image]) -> Option<usize> {
+        preference(images)
+            .into_iter()
+            .find(|&i| check(device, &images[i], &Policy::default()).is_ok())
+    }
+
+    /// The proof `preference` exists for: on every device, a runtime that
+    /// takes the first compatible image of the reordered table takes
+    /// `select`'s choice. Image sets: the whole universe in table order and
+    /// reversed, and 400 random subsets of 1 to 12 images in random order
+    /// (a fixed LCG, so a failure reproduces).
+    #[test]
+    fn first_compatible_in_preference_order_is_selects_choice() {
+        let all = universe();
+        let mut sets: Vec<Vec<Image>> = vec![all.clone(), all.iter().rev().cloned().collect()];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: usize| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            ((seed >> 33) as usize) % n
+        };
+        for _ in 0..400 {
+            let len = 1 + next(12);
+            sets.push((0..len).map(|_| all[next(all.len())].clone()).collect());
+        }
+        let devices = devices();
+        let mut compared = 0;
+        for set in &mut sets {
+            for (index, image) in set.iter_mut().enumerate() {
+                image.index = index;
+            }
+            for device in &devices {
+                let chosen = select(device, &set[..], &Policy::default()).chosen;
+                assert_eq!(
+                    first_fit(device, set),
+                    chosen,
+                    "{device}: {:?}",
+                    set.iter().map(|i| i.id.as_str()).collect::<Vec<_>>()
+                );
+                compared += usize::from(chosen.is_some());
+            }
+        }
+        // The sets do make devices choose (the test is not vacuous).
+        assert!(compared > 2000, "{compared}");
+    }
+
+    /// Reordering puts what a first-fit runtime would wrongly take behind
+    /// the better image: `gfx11-generic` before `gfx1100`, `gfx90a` "any"
+    /// before `gfx90a:xnack+`, PTX before a cubin.
+    #[test]
+    fn preference_puts_the_better_image_first() {
+        let set = images(&[
+            "openmp-amdgcn-amd-amdhsa--gfx11-generic",
+            "openmp-amdgcn-amd-amdhsa--gfx90a",
+            "openmp-amdgcn-amd-amdhsa--gfx1100",
+            "openmp-amdgcn-amd-amdhsa--gfx90a:xnack+",
+        ]);
+        assert_eq!(preference(&set), [3, 1, 2, 0]);
     }
 }
