@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::process::Command;
+
 use support::*;
 
 #[test]
@@ -193,4 +195,152 @@ fn clang_14_wrapper_generation_probe_and_runtime_agree() {
             "{text}"
         );
     }
+}
+
+/// LLVM 22's real libomptarget (Debian `liboffload-22`), or `None` after
+/// reporting it missing.
+fn libomptarget() -> Option<std::path::PathBuf> {
+    let lib = std::path::PathBuf::from("/usr/lib/llvm-22/lib/libomptarget.so");
+    if lib.exists() {
+        Some(lib)
+    } else {
+        missing("LLVM 22's libomptarget", "liboffload-22");
+        None
+    }
+}
+
+/// The first line of `text` starting with `prefix`.
+fn line<'t>(text: &'t str, prefix: &str) -> &'t str {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line `{prefix}…` in:\n{text}"))
+}
+
+/// An OpenMP program with `target`, `target data`, `target update`, a
+/// `declare mapper` and `omp_target_alloc`, linked as clang links it with
+/// the library first (`-loffload_loader`, then clang's `-lomp
+/// -lomptarget`): `__tgt_register_lib` binds to the library, the rest to
+/// libomptarget, which the library hands the registration on to. Without
+/// that the first target region died in libomptarget (never initialised).
+/// It prints what it prints without the library (host fallback: no GPU).
+#[test]
+fn beside_libomptarget_programs_run_as_without_the_library() {
+    let Some(e) = loader() else { return };
+    let Some(_) = libomptarget() else { return };
+    let program = || LinkedProgram::openmp(&["gfx90a", "gfx1100"], "tests/programs/omp_beside.c");
+    let plain = e.build(program().without_loader());
+    let beside = e.build(program().beside_libomptarget());
+    // Linked as promised: this library is needed before libomptarget.
+    let needed = output_text(Command::new("readelf").args(["-dW"]).arg(&beside));
+    let at = |name: &str| {
+        needed
+            .find(name)
+            .unwrap_or_else(|| panic!("{name}: {needed}"))
+    };
+    assert!(at("liboffload_loader") < at("libomptarget"), "{needed}");
+    let expected = "sum=124 v=10,20,30,40 alloc=1 devices=0\n";
+    let out = run_ok(&mut Command::new(&plain));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+    let dir = scratch("omp-beside");
+    let out =
+        run_ok(&mut e.fake_driver(&beside, "gfx90a:sramecc+:xnack-;gfx1100", &dir.join("log")));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+}
+
+/// The descriptor libomptarget is handed has its images in the order where
+/// the first compatible image is this library's choice. A program that
+/// lays out its own descriptor (tests/programs/omp_descriptor.c, as a
+/// compiler other than clang-22 may: clang-22 sorts its table so that
+/// first-fit and best-fit agree on AMD GPUs) lists `gfx11-generic` before
+/// `gfx1100` and `gfx9-generic` before `gfx906:xnack-`, where first-fit
+/// gives a gfx1100 the generic code. A second definition of
+/// `__tgt_register_lib` between this library and libomptarget
+/// (tests/programs/omp_order.c) prints the order it is handed, and checks
+/// unregistration hands the same table back; it passes both calls on.
+#[test]
+fn libomptarget_is_handed_images_in_preference_order() {
+    let Some(e) = loader() else { return };
+    let Some(_) = libomptarget() else { return };
+    let dir = scratch("omp-order");
+    let clang = |args: &[&str]| {
+        let mut cmd = Command::new(&e.tc.clang);
+        cmd.current_dir(&dir).args(args);
+        run_ok(&mut cmd);
+    };
+    let order = program("omp_order.c");
+    clang(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        "libvendor_order.so",
+        order.to_str().unwrap(),
+    ]);
+    let written = ["gfx11-generic", "gfx1100", "gfx9-generic", "gfx906:xnack-"];
+    std::fs::write(dir.join("dev.c"), "void k(int *p) { *p = 1; }\n").unwrap();
+    let mut args = vec![program("omp_descriptor.c").display().to_string()];
+    for (i, target) in written.iter().enumerate() {
+        let image = format!("image{i}.co");
+        clang(&[
+            "--target=amdgcn-amd-amdhsa",
+            &format!("-mcpu={target}"),
+            "-nogpulib",
+            "dev.c",
+            "-o",
+            &image,
+        ]);
+        args.push(format!("-DIMAGE_{i}=\"{image}\""));
+    }
+    let build = e.build_dir.display().to_string();
+    args.extend([
+        format!("-L{build}"),
+        "-loffload_loader".into(),
+        format!("-Wl,-rpath,{build}"),
+        "-L.".into(),
+        "-lvendor_order".into(),
+        "-Wl,-rpath,$ORIGIN".into(),
+        "-L/usr/lib/llvm-22/lib".into(),
+        "-lomptarget".into(),
+        "-o".into(),
+        "descriptor".into(),
+    ]);
+    clang(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = run_ok(&mut Command::new(dir.join("descriptor")));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "registered\n");
+    let flags: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("vendor: image "))
+        .map(|l| l.split_once(": ").unwrap().1)
+        .collect();
+    let handed: Vec<String> = flags.iter().map(|f| target_of_flags(f)).collect();
+    assert_eq!(
+        handed,
+        ["gfx906:xnack-", "gfx1100", "gfx11-generic", "gfx9-generic"],
+        "{err}"
+    );
+    assert_eq!(
+        line(&err, "vendor: unregister"),
+        format!("vendor: unregister 4 images, first {}", flags[0])
+    );
+}
+
+/// The target an AMDGPU code object's `e_flags` (`0x…`) name: the processor
+/// of `EF_AMDGPU_MACH` and the code object v4+ xnack and sramecc settings
+/// (LLVM `ELF.h`: `EF_AMDGPU_FEATURE_XNACK_V4` bits 8–9,
+/// `EF_AMDGPU_FEATURE_SRAMECC_V4` bits 10–11: 1 any, 2 off, 3 on).
+fn target_of_flags(flags: &str) -> String {
+    let flags = u32::from_str_radix(flags.trim_start_matches("0x"), 16).unwrap();
+    let processor = offload_loader::target::Processor::from_mach((flags & 0xff) as u8)
+        .unwrap_or_else(|| panic!("mach {flags:#x}"));
+    let setting = |bits: u32, name: &str| match bits {
+        2 => format!(":{name}-"),
+        3 => format!(":{name}+"),
+        _ => String::new(),
+    };
+    format!(
+        "{}{}{}",
+        processor.name,
+        setting((flags >> 10) & 3, "sramecc"),
+        setting((flags >> 8) & 3, "xnack")
+    )
 }

@@ -42,6 +42,7 @@ mod registry;
 mod runtime;
 mod slots;
 mod stack;
+mod vendor;
 
 pub(crate) use abi::{guard, set_last_error};
 
@@ -57,6 +58,7 @@ extern "C" fn on_load() {
         process::prepare_locate();
         registry::install_fork_handlers();
         offload_detect::install_fork_handlers();
+        omp::find_vendor();
     });
 }
 

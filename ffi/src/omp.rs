@@ -2,6 +2,13 @@
 //! (clang's offload wrapper, llvm/lib/Frontend/Offloading/OffloadWrapper.cpp),
 //! the obsolete `__tgt_register_requires`, `__tgt_init_all_rtls`, and AOMP's
 //! `__tgt_register_image_info` (seed 000).
+//!
+//! Beside libomptarget ([`crate::vendor`]) each hook passes the call on
+//! after its own work. libomptarget gives each device the first compatible
+//! image of the descriptor (LLVM 22 `PluginManager::registerLib`), so it is
+//! handed a copy whose image table is in [`offload_loader::preference`]
+//! order, where the first compatible image is the one this library selects;
+//! a descriptor already in that order is handed over as it is.
 
 use std::ffi::{c_void, CStr};
 
@@ -10,13 +17,29 @@ use offload_loader::container::from_descriptor_image;
 use offload_loader::entries::{EntryKind, EntryTable};
 use offload_loader::registration::{BinaryDescriptor, DeviceImage, ImageInfo, DEVICE_IMAGE_SIZE};
 use offload_loader::target::OffloadKind;
+use offload_loader::Image;
 
 use crate::error::RegistrationError;
 use crate::library::{Images, Origin, Symbol, SymbolKind};
 use crate::process;
 use crate::registry;
 use crate::slots::Runtime;
+use crate::vendor::Next;
 use crate::{guard, info, runtime, set_last_error};
+
+/// libomptarget's hooks, where it is in the process after this library.
+static REGISTER: Next = Next::new(c"__tgt_register_lib");
+static UNREGISTER: Next = Next::new(c"__tgt_unregister_lib");
+static REQUIRES: Next = Next::new(c"__tgt_register_requires");
+static INIT_ALL: Next = Next::new(c"__tgt_init_all_rtls");
+
+/// Looks libomptarget's hooks up (see [`crate::vendor`]).
+pub(crate) fn find_vendor() {
+    REGISTER.resolve(__tgt_register_lib as *const () as usize);
+    UNREGISTER.resolve(__tgt_unregister_lib as *const () as usize);
+    REQUIRES.resolve(__tgt_register_requires as *const () as usize);
+    INIT_ALL.resolve(__tgt_init_all_rtls as *const () as usize);
+}
 
 /// Most images one descriptor may list.
 const MAX_IMAGES: u32 = 4096;
@@ -59,17 +82,77 @@ fn c_string(addr: u64) -> Option<String> {
     )
 }
 
-/// Registers the images and host entries of a `__tgt_bin_desc`.
+/// Registers the images and host entries of a `__tgt_bin_desc`, then hands
+/// the descriptor to libomptarget, its images in this library's order.
 #[no_mangle]
 pub extern "C" fn __tgt_register_lib(desc: *mut c_void) {
-    guard((), || {
-        if let Err(e) = register(desc as u64) {
-            info::warn(e.to_string());
+    let handed = guard(desc, || {
+        let order = match register(desc as u64) {
+            Ok(order) => Some(order),
+            Err(e) => {
+                info::warn(e.to_string());
+                None
+            }
+        };
+        find_vendor();
+        match order {
+            Some(order) if REGISTER.found() => reordered(desc, &order),
+            _ => desc,
         }
+    });
+    guard((), || {
+        REGISTER.call_ptr(handed);
     })
 }
 
-fn register(desc: u64) -> Result<(), RegistrationError> {
+/// The descriptor to hand libomptarget for `desc`: `desc` itself when its
+/// images are already in `order`, else a copy with its image records in
+/// `order` (the images and entries they point to are the program's own).
+/// The copy is kept until the process ends: libomptarget keeps pointers to
+/// the descriptor and its records after unregistration.
+fn reordered(desc: *mut c_void, order: &[usize]) -> *mut c_void {
+    if order.iter().enumerate().all(|(at, &i)| at == i) {
+        return desc;
+    }
+    let copy = (|| {
+        let bytes = memory(desc as u64, 32, "__tgt_bin_desc").ok()?;
+        let descriptor = BinaryDescriptor::parse(bytes, MAX_IMAGES).ok()?;
+        let count = u64::from(descriptor.image_count);
+        let table = memory(
+            descriptor.images,
+            count * DEVICE_IMAGE_SIZE,
+            "__tgt_device_image array",
+        )
+        .ok()?;
+        let record = |i: usize| -> Option<[u8; DEVICE_IMAGE_SIZE as usize]> {
+            let at = i * DEVICE_IMAGE_SIZE as usize;
+            table
+                .get(at..at + DEVICE_IMAGE_SIZE as usize)?
+                .try_into()
+                .ok()
+        };
+        let records: Vec<[u8; DEVICE_IMAGE_SIZE as usize]> =
+            order.iter().map(|&i| record(i)).collect::<Option<_>>()?;
+        let records: &'static [[u8; DEVICE_IMAGE_SIZE as usize]] = Box::leak(records.into());
+        let mut copy: [u8; 32] = bytes.try_into().ok()?;
+        copy[8..16].copy_from_slice(&(records.as_ptr() as u64).to_ne_bytes());
+        Some(Box::leak(Box::new(Descriptor(copy))) as *mut Descriptor as *mut c_void)
+    })();
+    match copy {
+        Some(copy) => {
+            registry::with(|r| r.handed.insert(desc as usize, copy as usize));
+            copy
+        }
+        None => desc,
+    }
+}
+
+/// A `__tgt_bin_desc`'s 32 bytes, aligned as the struct is.
+#[repr(C, align(8))]
+struct Descriptor([u8; 32]);
+
+/// Registers the descriptor; the order of its images for libomptarget.
+fn register(desc: u64) -> Result<Vec<usize>, RegistrationError> {
     let bytes = memory(desc, 32, "__tgt_bin_desc")?;
     let located = process::locate(desc as usize).ok_or(RegistrationError::NotLoaded {
         what: "__tgt_bin_desc",
@@ -126,9 +209,10 @@ fn register(desc: u64) -> Result<(), RegistrationError> {
         code.push(inner);
         images.push(image);
     }
+    let order = offload_loader::preference(&images);
     let vendors = images
         .iter()
-        .filter_map(|image| image.triple.gpu_vendor())
+        .filter_map(|image: &Image| image.triple.gpu_vendor())
         .fold(Vendors::NONE, |set, vendor| set.union(Vendors::of(vendor)));
     runtime::need(vendors);
     let id = registry::register(
@@ -179,20 +263,28 @@ fn register(desc: u64) -> Result<(), RegistrationError> {
             }
         }
     }
-    Ok(())
+    Ok(order)
 }
 
-/// Unregisters a descriptor registered by `__tgt_register_lib`.
+/// Unregisters a descriptor registered by `__tgt_register_lib`, then hands
+/// libomptarget the descriptor it was handed at registration.
 #[no_mangle]
 pub extern "C" fn __tgt_unregister_lib(desc: *mut c_void) {
-    guard((), || {
-        let id = registry::with(|r| r.descriptors.remove(&(desc as usize)));
+    let handed = guard(desc, || {
+        let (id, handed) = registry::with(|r| {
+            let handed = r.handed.remove(&(desc as usize));
+            (r.descriptors.remove(&(desc as usize)), handed)
+        });
         match id {
             Some(id) => {
                 runtime::unregister(id);
             }
             None => set_last_error(format!("descriptor {desc:p} was not registered")),
         }
+        handed.map_or(desc, |h| h as *mut c_void)
+    });
+    guard((), || {
+        UNREGISTER.call_ptr(handed);
     })
 }
 
@@ -203,15 +295,23 @@ pub extern "C" fn __tgt_register_requires(flags: i64) {
     guard((), || {
         registry::with(|r| r.requires |= flags);
         tracing::debug!(flags, "__tgt_register_requires");
+        find_vendor();
+        REQUIRES.call_i64(flags);
     })
 }
 
 /// libomptarget loads its plugins here. This library detects devices at the
 /// first query instead: this is called from constructors, where the dynamic
 /// loader's lock may be held, and detection waits on threads that `dlopen`
-/// the drivers (see `loader_lock`).
+/// the drivers (see `loader_lock`). Beside libomptarget, the call is passed
+/// on.
 #[no_mangle]
-pub extern "C" fn __tgt_init_all_rtls() {}
+pub extern "C" fn __tgt_init_all_rtls() {
+    guard((), || {
+        find_vendor();
+        INIT_ALL.call();
+    })
+}
 
 /// AOMP: names the target of image `image_number` of the next descriptor.
 #[no_mangle]

@@ -94,6 +94,9 @@ pub(crate) struct Registry {
     kernel_names: Option<FastMap<NameKey, SymbolRef>>,
     /// OpenMP: descriptor address → library id.
     pub descriptors: FastMap<usize, usize>,
+    /// OpenMP: descriptor address → the reordered copy handed to
+    /// libomptarget in its place (see `omp`).
+    pub handed: FastMap<usize, usize>,
     /// AOMP image infos waiting for the next descriptor: image number → target ID.
     pub image_info: Vec<(i32, String)>,
     /// Requirement flags from `__tgt_register_requires`.

@@ -134,6 +134,12 @@ pub enum LoaderLink {
     /// OpenMP: `shim/libomptarget.so`, a link to `liboffload_loader.so`
     /// (Debian packages no libomptarget), `-Lshim -Wl,-rpath,$ORIGIN/shim`.
     OmpTargetShim,
+    /// OpenMP: `-L<target/debug> -loffload_loader -Wl,-rpath,<target/debug>`,
+    /// before the `-lomp -lomptarget` clang appends: LLVM 22's real
+    /// libomptarget (Debian `liboffload-22`) beside the library.
+    BesideLibomptarget,
+    /// Not linked at all: the program as clang makes it.
+    None,
 }
 
 /// A HIP or OpenMP program (or shared library) from one source, compiled
@@ -212,6 +218,16 @@ impl LinkedProgram {
         self.compress = true;
         self
     }
+    /// OpenMP: links the library before LLVM's real libomptarget.
+    pub fn beside_libomptarget(mut self) -> Self {
+        self.link = LoaderLink::BesideLibomptarget;
+        self
+    }
+    /// Links no offload-loader at all.
+    pub fn without_loader(mut self) -> Self {
+        self.link = LoaderLink::None;
+        self
+    }
     /// Links `liboffload_loader.a` instead of the shared library.
     pub fn static_loader(mut self) -> Self {
         self.link = LoaderLink::Static;
@@ -231,11 +247,13 @@ impl LinkedProgram {
 impl Toolchain {
     pub(super) fn plan_linked_program(&self, r: &LinkedProgram) -> Plan {
         let build = build_dir();
-        let kind = match (r.openmp, r.shared) {
-            (false, false) => "ffi-hip-exe",
-            (false, true) => "ffi-hip-so",
-            (true, false) => "ffi-omp-exe",
-            (true, true) => "ffi-omp-so",
+        let kind = match (r.openmp, r.shared, r.link) {
+            (true, _, LoaderLink::BesideLibomptarget) => "ffi-omp-beside",
+            (_, _, LoaderLink::None) => "ffi-plain",
+            (false, false, _) => "ffi-hip-exe",
+            (false, true, _) => "ffi-hip-so",
+            (true, false, _) => "ffi-omp-exe",
+            (true, true, _) => "ffi-omp-so",
         };
         let mut plan = Plan::new(kind.into(), &r.output);
         let include = workspace().join("ffi/include");
@@ -275,7 +293,8 @@ impl Toolchain {
             args.push("--offload-compress".into());
         }
         match r.link {
-            LoaderLink::Shared => {
+            LoaderLink::None => {}
+            LoaderLink::Shared | LoaderLink::BesideLibomptarget => {
                 plan.library(&build.join("liboffload_loader.so"));
                 args.extend([
                     format!("-L{}", build.display()),
