@@ -519,3 +519,74 @@ fn dlclose_races_lookups() {
     // Every dlopen registered one library; none was unregistered twice.
     assert!(out.contains("dlopened=200 libraries=201"), "{out}");
 }
+
+/// A program that registers and exits, never asking this library anything:
+/// `OFFLOAD_LOADER_INFO` still names the image each device gets (said at
+/// exit, from a copy made when the program's destructor unregistered it).
+#[test]
+fn a_program_that_never_queries_is_reported_at_exit() {
+    let Some(e) = loader() else { return };
+    let dir = scratch("hip-quiet");
+    let exe = e.build(LinkedProgram::hip_text(
+        &["gfx90a", "gfx1100"],
+        "quiet.hip",
+        "#include \"hip_prelude.h\"\n__attribute__((global)) void k(int *p) { *p = 1; }\nint main() { printf(\"quiet\\n\"); return 0; }\n",
+    ));
+    let log = dir.join("log");
+    let _ = std::fs::remove_file(&log);
+    let out = output_text(&mut e.fake_driver(&exe, "gfx90a:sramecc+:xnack-;gfx1100", &log));
+    assert!(out.contains("quiet"), "{out}");
+    assert!(
+        out.contains("device 0 gfx90a:sramecc+:xnack- loads [2] hipv4-amdgcn-amd-amdhsa--gfx90a;"),
+        "{out}"
+    );
+    assert!(
+        out.contains("device 1 gfx1100 loads [1] hipv4-amdgcn-amd-amdhsa--gfx1100;"),
+        "{out}"
+    );
+    // Nothing was loaded: no query asked for a kernel.
+    assert!(std::fs::read_to_string(&log).unwrap_or_default().is_empty());
+}
+
+/// `OFFLOAD_LOADER_EAGER=1` loads a program's images on every device though
+/// it never asks this library anything: on a thread started at
+/// registration, once the registering constructor has returned. The
+/// program waits for the test driver's log to show the loads (an event,
+/// with a one-minute bound so that a failure ends), never calling this
+/// library.
+#[test]
+fn eager_loads_a_program_that_never_queries() {
+    let Some(e) = loader() else { return };
+    let dir = scratch("hip-eager-quiet");
+    let exe = e.build(LinkedProgram::hip_text(
+        &["gfx90a", "gfx1100"],
+        "eager_quiet.hip",
+        r#"#include "hip_prelude.h"
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((global)) void k(int *p) { *p = 1; }
+static int lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = 0, c;
+  while ((c = fgetc(f)) != EOF) n += c == '\n';
+  fclose(f);
+  return n;
+}
+int main() {
+  const char *log = getenv("FAKE_DRIVER_LOG");
+  for (int i = 0; i < 6000 && lines(log) < 2; i++) usleep(10000);
+  printf("loads=%d\n", lines(log));
+  return 0;
+}
+"#,
+    ));
+    let log = dir.join("log");
+    let _ = std::fs::remove_file(&log);
+    let out = output_text(
+        e.fake_driver(&exe, "gfx90a:sramecc+:xnack-;gfx1100", &log)
+            .env("OFFLOAD_LOADER_INFO", "0")
+            .env("OFFLOAD_LOADER_EAGER", "1"),
+    );
+    assert!(out.contains("loads=2"), "one load per device: {out}");
+}

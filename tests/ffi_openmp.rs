@@ -245,6 +245,23 @@ fn beside_libomptarget_programs_run_as_without_the_library() {
     let out =
         run_ok(&mut e.fake_driver(&beside, "gfx90a:sramecc+:xnack-;gfx1100", &dir.join("log")));
     assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+    // OFFLOAD_LOADER_INFO names the image each device gets, though the
+    // program never asks this library anything (said at exit).
+    let err = String::from_utf8_lossy(&out.stderr);
+    for (device, image) in [
+        ("0 gfx90a:sramecc+:xnack-", "gfx90a"),
+        ("1 gfx1100", "gfx1100"),
+    ] {
+        let said = format!("device {device} loads [");
+        let line = err
+            .lines()
+            .find(|l| l.contains(&said))
+            .unwrap_or_else(|| panic!("{said}: {err}"));
+        assert!(
+            line.contains(&format!("] openmp-amdgcn-amd-amdhsa--{image}")),
+            "{line}"
+        );
+    }
 }
 
 /// The descriptor libomptarget is handed has its images in the order where

@@ -414,88 +414,183 @@ impl Reading<'_> {
         device: usize,
         target: &str,
     ) -> String {
-        let images = self.images();
-        let mut why: Vec<String> = selection
-            .rejected
-            .iter()
-            .filter(|(i, _)| !images[*i].is_host())
-            .map(|(i, r)| format!("[{i}] {}: {r}", images[*i].id))
-            .collect();
-        why.truncate(8);
-        format!(
-            "no binary for GPU: device {device} ({target}) has no compatible image in {}; {}",
-            self.origin(),
-            if why.is_empty() {
-                "it holds no device image".into()
-            } else {
-                why.join("; ")
-            }
-        )
+        no_binary(&self.origin(), self.images(), selection, device, target)
     }
 
-    /// What to say about `selections` (for `devices`): one line per device
-    /// when `info`; a device with no image for code of its own vendor is a
-    /// warning in any case. Built here, said by the caller once it has left.
+    /// What to say about `selections` (for `devices`), see [`report`].
     pub(crate) fn report(
         &self,
         devices: &[Device],
         selections: &[Selection],
         info: bool,
     ) -> Vec<Message> {
-        let images = self.images();
-        let mut out = Vec::new();
-        if devices.is_empty() && info {
-            out.push(Message::Info(format!(
-                "library {} ({}): {} images, no GPU found",
-                self.lib.id,
-                self.origin(),
-                images.len()
-            )));
-        }
-        for (d, (device, selection)) in devices.iter().zip(selections).enumerate() {
-            match selection.chosen {
-                Some(i) if info => {
-                    let lost: Vec<String> = selection
-                        .rejected
-                        .iter()
-                        .filter(|(i, _)| !images[*i].is_host())
-                        .map(|(i, r)| format!("[{i}] {}: {r}", images[*i].arch))
-                        .collect();
-                    out.push(Message::Info(format!(
-                        "library {} ({}): device {d} {} loads [{i}] {}{}",
-                        self.lib.id,
-                        self.origin(),
-                        device.target,
-                        images[i].id,
-                        if lost.is_empty() {
-                            String::new()
-                        } else {
-                            format!("; not {}", lost.join("; "))
-                        }
-                    )));
-                }
-                Some(_) => {}
-                None if images
-                    .iter()
-                    .any(|i| i.triple.gpu_vendor() == Some(device.target.vendor())) =>
-                {
-                    let target = device.target.to_string();
-                    out.push(Message::Warning(
-                        self.no_binary_message(selection, d, &target),
-                    ));
-                }
-                None if info => out.push(Message::Info(format!(
-                    "library {} ({}): device {d} {}: no {} code in this library",
-                    self.lib.id,
-                    self.origin(),
-                    device.target,
-                    device.target.vendor()
-                ))),
-                None => {}
+        let origin = self.origin();
+        report(
+            self.lib.id,
+            &origin,
+            self.images(),
+            devices,
+            selections,
+            info,
+        )
+    }
+
+    /// What a report needs of this library, copied out of its memory: the
+    /// images, each with what its header says where that is cheap to read.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let mut images = self.images().to_vec();
+        for (i, image) in images.iter_mut().enumerate() {
+            if image.content.is_none() {
+                image.content = self.read_content(i);
             }
         }
-        out
+        Snapshot {
+            id: self.lib.id,
+            origin: self.origin(),
+            runtime: self.lib.runtime,
+            images,
+        }
     }
+}
+
+/// A library copied out of its memory for a report made after it is gone
+/// (`OFFLOAD_LOADER_INFO` for a library unregistered before any query).
+pub(crate) struct Snapshot {
+    id: usize,
+    origin: String,
+    runtime: Runtime,
+    images: Vec<Image>,
+}
+
+impl ImageSource for Snapshot {
+    fn images(&self) -> &[Image] {
+        &self.images
+    }
+
+    fn read_content(&self, index: usize) -> Option<Content> {
+        self.images.get(index)?.content.clone()
+    }
+}
+
+impl Snapshot {
+    /// The library's id.
+    pub(crate) fn id(&self) -> usize {
+        self.id
+    }
+
+    /// The selection for each of `devices`, as [`Reading::select_all`] makes it.
+    pub(crate) fn select_all(&self, devices: &[Device]) -> Vec<Selection> {
+        let policy = Policy {
+            offload_kind: Some(self.runtime.offload_kind()),
+        };
+        devices
+            .iter()
+            .map(|d| select(&d.target, self, &policy))
+            .collect()
+    }
+
+    /// What to say about `selections`, as [`Reading::report`] says it.
+    pub(crate) fn report(
+        &self,
+        devices: &[Device],
+        selections: &[Selection],
+        info: bool,
+    ) -> Vec<Message> {
+        report(
+            self.id,
+            &self.origin,
+            &self.images,
+            devices,
+            selections,
+            info,
+        )
+    }
+}
+
+/// HIP's "no binary for GPU" for `device` (the target `target`) of the
+/// library at `origin`, with the reasons of the closest candidates.
+fn no_binary(
+    origin: &str,
+    images: &[Image],
+    selection: &Selection,
+    device: usize,
+    target: &str,
+) -> String {
+    let mut why: Vec<String> = selection
+        .rejected
+        .iter()
+        .filter(|(i, _)| !images[*i].is_host())
+        .map(|(i, r)| format!("[{i}] {}: {r}", images[*i].id))
+        .collect();
+    why.truncate(8);
+    format!(
+        "no binary for GPU: device {device} ({target}) has no compatible image in {origin}; {}",
+        if why.is_empty() {
+            "it holds no device image".into()
+        } else {
+            why.join("; ")
+        }
+    )
+}
+
+/// What to say about `selections` (for `devices`) of library `id` at
+/// `origin`: one line per device when `info`; a device with no image for
+/// code of its own vendor is a warning in any case. Built inside a reader,
+/// said by the caller once it has left.
+fn report(
+    id: usize,
+    origin: &str,
+    images: &[Image],
+    devices: &[Device],
+    selections: &[Selection],
+    info: bool,
+) -> Vec<Message> {
+    let mut out = Vec::new();
+    if devices.is_empty() && info {
+        out.push(Message::Info(format!(
+            "library {id} ({origin}): {} images, no GPU found",
+            images.len()
+        )));
+    }
+    for (d, (device, selection)) in devices.iter().zip(selections).enumerate() {
+        match selection.chosen {
+            Some(i) if info => {
+                let lost: Vec<String> = selection
+                    .rejected
+                    .iter()
+                    .filter(|(i, _)| !images[*i].is_host())
+                    .map(|(i, r)| format!("[{i}] {}: {r}", images[*i].arch))
+                    .collect();
+                out.push(Message::Info(format!(
+                    "library {id} ({origin}): device {d} {} loads [{i}] {}{}",
+                    device.target,
+                    images[i].id,
+                    if lost.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; not {}", lost.join("; "))
+                    }
+                )));
+            }
+            Some(_) => {}
+            None if images
+                .iter()
+                .any(|i| i.triple.gpu_vendor() == Some(device.target.vendor())) =>
+            {
+                let target = device.target.to_string();
+                out.push(Message::Warning(no_binary(
+                    origin, images, selection, d, &target,
+                )));
+            }
+            None if info => out.push(Message::Info(format!(
+                "library {id} ({origin}): device {d} {}: no {} code in this library",
+                device.target,
+                device.target.vendor()
+            ))),
+            None => {}
+        }
+    }
+    out
 }
 
 /// A message made inside a reader, said outside it (see `info::say`).

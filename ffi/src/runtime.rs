@@ -12,7 +12,7 @@
 //! too, since loading from the constructor could wait on a driver that waits
 //! for the loader's lock the constructor holds.
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use offload_detect::{Detection, Device, LoadedImage, Vendors};
@@ -21,7 +21,7 @@ use once_cell::race::OnceBool;
 
 use crate::error::Error;
 use crate::info;
-use crate::library::{Library, Made, Message, Symbol, SymbolKind};
+use crate::library::{Library, Made, Message, Snapshot, Symbol, SymbolKind};
 use crate::loader_lock;
 use crate::objects::{self, Pin};
 use crate::process;
@@ -34,6 +34,13 @@ use crate::stack::Stack;
 static EAGER: Stack<usize> = Stack::new();
 /// Unregistered libraries whose modules the next query unloads.
 static RETIRED: Stack<Arc<Library>> = Stack::new();
+/// Under `OFFLOAD_LOADER_INFO`: libraries unregistered before any device
+/// was known, copied out to be reported at exit ([`at_exit`]).
+static UNREPORTED: Stack<Snapshot> = Stack::new();
+/// Whether [`at_exit`] is installed.
+static AT_EXIT: AtomicBool = AtomicBool::new(false);
+/// Whether the eager thread ([`start_eager`]) is running or starting.
+static EAGER_THREAD: AtomicBool = AtomicBool::new(false);
 
 static EAGER_ON: OnceBool = OnceBool::new();
 
@@ -107,7 +114,93 @@ pub(crate) fn devices() -> &'static [Device] {
 pub(crate) fn registered(id: usize) {
     if eager() {
         EAGER.push(id);
+        start_eager();
     }
+    if (eager() || info::enabled()) && !AT_EXIT.swap(true, Ordering::AcqRel) {
+        // SAFETY: registers a function of this library, which is never
+        // unloaded before exit (`-z nodelete`, see build.rs) or is linked
+        // into the program; `atexit` takes no lock of the loader's.
+        unsafe { libc::atexit(at_exit) };
+    }
+}
+
+/// `OFFLOAD_LOADER_EAGER=1`: starts a thread that loads what registration
+/// recorded ([`settle`], as a query would) at the first moment it safely
+/// can: the constructor that registered returns first, and the thread's
+/// `dlopen` of a driver waits for the loader's lock that constructor's
+/// `dlopen` may hold, as a query on another thread would. One thread at a
+/// time; it looks again for registrations made while it ran, so none is
+/// left for a thread that was not started. No thread (a failed spawn)
+/// leaves them to the next query or [`at_exit`].
+fn start_eager() {
+    if EAGER_THREAD.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("offload-eager".into())
+        .spawn(|| loop {
+            let _ = std::panic::catch_unwind(settle);
+            EAGER_THREAD.store(false, Ordering::Release);
+            // A registration that came after `settle` took the stack saw the
+            // flag still set and started nothing: take it over.
+            if EAGER.is_empty() || EAGER_THREAD.swap(true, Ordering::AcqRel) {
+                break;
+            }
+        });
+    if spawned.is_err() {
+        EAGER_THREAD.store(false, Ordering::Release);
+    }
+}
+
+/// Run by `exit`, where no loader lock is held (glibc's `exit` runs the
+/// `atexit` handlers before `_dl_fini`, and `_dl_fini` releases the
+/// loader's lock before running destructors): the programs that never
+/// queried get what a query would have given them. Under
+/// `OFFLOAD_LOADER_EAGER=1` the libraries not yet loaded are loaded (their
+/// failures said); under `OFFLOAD_LOADER_INFO` every registration not yet
+/// reported is reported, including those unregistered before (by the
+/// `atexit` destructors HIP, CUDA and OpenMP programs register after this
+/// handler, which run first), from the copies made then.
+///
+/// A static copy of this library linked into a shared object that is
+/// `dlclose`d runs this from that `dlclose`, under the loader's lock: it
+/// then detects nothing and reports only for devices already known.
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if !own_object_stays() {
+            return;
+        }
+        settle();
+        let detection = detection();
+        for id in 0..slots::len() {
+            if let Some(library) = registry::library(id) {
+                made(&library, detection);
+            }
+        }
+        let mut unreported = UNREPORTED.take();
+        unreported.sort_by_key(|s| s.id());
+        for snapshot in unreported {
+            let selections = snapshot.select_all(&detection.devices);
+            info::say(snapshot.report(&detection.devices, &selections, info::enabled()));
+        }
+    });
+}
+
+/// Whether this library's code lies in an object no `dlclose` unloads: the
+/// program itself, or `liboffload_loader.so` (linked `-z nodelete`), so
+/// that [`at_exit`] runs from `exit` and not from a `dlclose`.
+fn own_object_stays() -> bool {
+    let Some(located) = process::locate(at_exit as *const () as usize) else {
+        return false;
+    };
+    // SAFETY: the object holds this code, which is running: it is loaded.
+    let path = unsafe { located.object.path() };
+    let main = std::env::current_exe().ok();
+    main.as_deref() == Some(path.as_path())
+        || path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("liboffload_loader.so"))
 }
 
 /// Done first by every query: unloads the modules of libraries unregistered
@@ -345,8 +438,17 @@ pub(crate) fn unregister(id: usize) -> bool {
             // devices already known. This thread may hold the loader's lock
             // (a destructor), which is recursive: saying something waits on
             // no other thread.
-            if let Some(detection) = offload_detect::detected(needed()) {
-                made(&library, detection);
+            match offload_detect::detected(needed()) {
+                Some(detection) => {
+                    made(&library, detection);
+                }
+                // Reported at exit, from a copy (this thread may hold the
+                // loader's lock: no detection here).
+                None => {
+                    if let Some(reading) = library.enter() {
+                        UNREPORTED.push(reading.snapshot());
+                    }
+                }
             }
             info::say([Message::Info(format!(
                 "library {id} ({}): unregistered",
