@@ -9,8 +9,9 @@
 //! [`loader_lock::check`]. Destructors never unload here: an unregistered
 //! library is retired ([`retire`]) and its modules unloaded by the next query
 //! ([`settle`]); a registration under `OFFLOAD_LOADER_EAGER=1` is loaded there
-//! too, since loading from the constructor could wait on a driver that waits
-//! for the loader's lock the constructor holds.
+//! too, or by a thread started for it ([`start_eager`]), since loading from
+//! the constructor could wait on a driver that waits for the loader's lock
+//! the constructor holds. At exit ([`at_exit`]) what no query did is done.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
