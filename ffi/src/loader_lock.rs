@@ -29,8 +29,8 @@
 //!    for its readers) and hands its loaded modules to the next query
 //!    (`runtime::settle`), which unloads them on the caller's thread. Neither
 //!    detects devices (detection holds its own lock across a `dlopen`) nor
-//!    calls a driver. `OFFLOAD_LOADER_EAGER` loads on a thread of its own
-//!    (or at the next query), and `OFFLOAD_LOADER_INFO` reports a selection
+//!    calls a driver. `OFFLOAD_LOADER_EAGER` loads at the next query (or at
+//!    exit), and `OFFLOAD_LOADER_INFO` reports a selection
 //!    at unregistration only when the devices are already known (else at
 //!    exit, from a copy).
 //! 3. **Effects run outside.** Detection, driver loads and lookups, driver

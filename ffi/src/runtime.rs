@@ -9,9 +9,9 @@
 //! [`loader_lock::check`]. Destructors never unload here: an unregistered
 //! library is retired ([`retire`]) and its modules unloaded by the next query
 //! ([`settle`]); a registration under `OFFLOAD_LOADER_EAGER=1` is loaded there
-//! too, or by a thread started for it ([`start_eager`]), since loading from
-//! the constructor could wait on a driver that waits for the loader's lock
-//! the constructor holds. At exit ([`at_exit`]) what no query did is done.
+//! too, since loading from the constructor could wait on a driver that waits
+//! for the loader's lock the constructor holds. At exit ([`at_exit`]) what
+//! no query did is done.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -40,8 +40,6 @@ static RETIRED: Stack<Arc<Library>> = Stack::new();
 static UNREPORTED: Stack<Snapshot> = Stack::new();
 /// Whether [`at_exit`] is installed.
 static AT_EXIT: AtomicBool = AtomicBool::new(false);
-/// Whether the eager thread ([`start_eager`]) is running or starting.
-static EAGER_THREAD: AtomicBool = AtomicBool::new(false);
 
 static EAGER_ON: OnceBool = OnceBool::new();
 
@@ -115,7 +113,6 @@ pub(crate) fn devices() -> &'static [Device] {
 pub(crate) fn registered(id: usize) {
     if eager() {
         EAGER.push(id);
-        start_eager();
     }
     if (eager() || info::enabled()) && !AT_EXIT.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a function of this library, which is never
@@ -125,40 +122,13 @@ pub(crate) fn registered(id: usize) {
     }
 }
 
-/// `OFFLOAD_LOADER_EAGER=1`: starts a thread that loads what registration
-/// recorded ([`settle`], as a query would) at the first moment it safely
-/// can: the constructor that registered returns first, and the thread's
-/// `dlopen` of a driver waits for the loader's lock that constructor's
-/// `dlopen` may hold, as a query on another thread would. One thread at a
-/// time; it looks again for registrations made while it ran, so none is
-/// left for a thread that was not started. No thread (a failed spawn)
-/// leaves them to the next query or [`at_exit`].
-fn start_eager() {
-    if EAGER_THREAD.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let spawned = std::thread::Builder::new()
-        .name("offload-eager".into())
-        .spawn(|| loop {
-            let _ = std::panic::catch_unwind(settle);
-            EAGER_THREAD.store(false, Ordering::Release);
-            // A registration that came after `settle` took the stack saw the
-            // flag still set and started nothing: take it over.
-            if EAGER.is_empty() || EAGER_THREAD.swap(true, Ordering::AcqRel) {
-                break;
-            }
-        });
-    if spawned.is_err() {
-        EAGER_THREAD.store(false, Ordering::Release);
-    }
-}
-
 /// Run by `exit`, where no loader lock is held (glibc's `exit` runs the
 /// `atexit` handlers before `_dl_fini`, and `_dl_fini` releases the
 /// loader's lock before running destructors): the programs that never
 /// queried get what a query would have given them. Under
-/// `OFFLOAD_LOADER_EAGER=1` the libraries not yet loaded are loaded (their
-/// failures said); under `OFFLOAD_LOADER_INFO` every registration not yet
+/// `OFFLOAD_LOADER_EAGER=1` the libraries still registered and not yet
+/// loaded are loaded (their failures said); under `OFFLOAD_LOADER_INFO`
+/// every registration not yet
 /// reported is reported, including those unregistered before (by the
 /// `atexit` destructors HIP, CUDA and OpenMP programs register after this
 /// handler, which run first), from the copies made then.

@@ -45,11 +45,6 @@ impl<T> Stack<T> {
         }
     }
 
-    /// Whether nothing is in the stack now.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.head.load(Ordering::Acquire).is_null()
-    }
-
     /// Everything pushed so far, oldest first; the stack is left empty.
     pub(crate) fn take(&self) -> Vec<T> {
         let mut p = self.head.swap(std::ptr::null_mut(), Ordering::AcqRel);
