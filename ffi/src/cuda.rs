@@ -103,7 +103,7 @@ pub extern "C" fn __cudaRegisterFunction(
             device_name,
             device_fun,
             SymbolKind::Kernel,
-        )
+        );
     })
 }
 
@@ -127,7 +127,7 @@ pub extern "C" fn __cudaRegisterVar(
             device_name,
             device_address,
             SymbolKind::Variable { size: size as u64 },
-        )
+        );
     })
 }
 

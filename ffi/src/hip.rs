@@ -1,6 +1,12 @@
 //! The HIP registration ABI clang emits (`__hip_module_ctor` / `__hip_module_dtor`,
 //! clang/lib/CodeGen/CGCUDANV.cpp): register the fat binary, then each kernel
 //! and variable against the returned handle; unregister at exit.
+//!
+//! Beside libamdhip64 ([`crate::vendor`]; clang's `-x hip` links it) each
+//! hook passes the call on after its own work: the fat binary's wrapper as
+//! the program gave it, and every later call with the handle libamdhip64
+//! returned for it in place of this library's, so that its launch and
+//! memory calls know the same kernels and variables.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -12,7 +18,34 @@ use crate::objects::{Pin, Pinned};
 use crate::process;
 use crate::registry::{self, HandleState};
 use crate::slots::{Fatbin, Runtime};
+use crate::vendor::Next;
 use crate::{guard, info, runtime, set_last_error};
+
+/// libamdhip64's hooks, where it is in the process after this library.
+static REGISTER_FATBIN: Next = Next::new(c"__hipRegisterFatBinary");
+static UNREGISTER_FATBIN: Next = Next::new(c"__hipUnregisterFatBinary");
+static REGISTER_FUNCTION: Next = Next::new(c"__hipRegisterFunction");
+static REGISTER_VAR: Next = Next::new(c"__hipRegisterVar");
+static REGISTER_MANAGED_VAR: Next = Next::new(c"__hipRegisterManagedVar");
+static REGISTER_SURFACE: Next = Next::new(c"__hipRegisterSurface");
+static REGISTER_TEXTURE: Next = Next::new(c"__hipRegisterTexture");
+
+/// Looks libamdhip64's hooks up (see [`crate::vendor`]).
+pub(crate) fn find_vendor() {
+    REGISTER_FATBIN.resolve(__hipRegisterFatBinary as *const () as usize);
+    UNREGISTER_FATBIN.resolve(__hipUnregisterFatBinary as *const () as usize);
+    REGISTER_FUNCTION.resolve(__hipRegisterFunction as *const () as usize);
+    REGISTER_VAR.resolve(__hipRegisterVar as *const () as usize);
+    REGISTER_MANAGED_VAR.resolve(__hipRegisterManagedVar as *const () as usize);
+    REGISTER_SURFACE.resolve(__hipRegisterSurface as *const () as usize);
+    REGISTER_TEXTURE.resolve(__hipRegisterTexture as *const () as usize);
+}
+
+/// The handle libamdhip64 returned for the fat binary of this library's
+/// `handle`, if it was handed one.
+fn vendor_handle(handle: *const c_void) -> Option<usize> {
+    registry::with(|r| r.hip_vendor.get(&(handle as usize)).copied())
+}
 
 /// The handle clang stores in `__hip_gpubin_handle` and passes back: an
 /// opaque token the registry issued (never dereferenced, by clang or here),
@@ -25,7 +58,26 @@ pub(crate) type Handle = *mut *mut c_void;
 /// does: the symbols registered against it then record an error.
 #[no_mangle]
 pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
-    register_wrapper(wrapper as usize, Runtime::Hip, WrapperKind::Hip)
+    let handle = register_wrapper(wrapper as usize, Runtime::Hip, WrapperKind::Hip);
+    guard((), || {
+        // Only what this library could register: a wrapper it could not
+        // read would crash libamdhip64 (a null one does).
+        if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
+            return;
+        }
+        find_vendor();
+        let Some(next) = REGISTER_FATBIN.address() else {
+            return;
+        };
+        // SAFETY: libamdhip64's `void **__hipRegisterFatBinary(const void *)`
+        // (clr hip_platform.cpp), called with the program's own wrapper.
+        let register: unsafe extern "C" fn(*const c_void) -> Handle =
+            unsafe { std::mem::transmute(next) };
+        // SAFETY: as the program would have called it.
+        let theirs = unsafe { register(wrapper) };
+        registry::with(|r| r.hip_vendor.insert(handle as usize, theirs as usize));
+    });
+    handle
 }
 
 /// Registers the fat binary behind a `kind` wrapper at `wrapper` for
@@ -94,7 +146,16 @@ fn locate_fatbin(
 /// the caller; nothing else happens.
 #[no_mangle]
 pub extern "C" fn __hipUnregisterFatBinary(handle: Handle) {
-    unregister_handle(handle, "__hipUnregisterFatBinary")
+    unregister_handle(handle, "__hipUnregisterFatBinary");
+    guard((), || {
+        let theirs = registry::with(|r| r.hip_vendor.remove(&(handle as usize)));
+        if let (Some(theirs), Some(next)) = (theirs, UNREGISTER_FATBIN.address()) {
+            // SAFETY: libamdhip64's `void __hipUnregisterFatBinary(void **)`.
+            let unregister: unsafe extern "C" fn(Handle) = unsafe { std::mem::transmute(next) };
+            // SAFETY: with the handle it returned for this fat binary.
+            unsafe { unregister(theirs as Handle) };
+        }
+    })
 }
 
 /// Releases `handle` and unregisters its library, for `caller` (HIP's and,
@@ -113,31 +174,32 @@ pub(crate) fn unregister_handle(handle: Handle, caller: &str) {
 
 /// Records symbol `dev_name` (else `name`) at host address `host` in the
 /// library behind `handle`; the CUDA ABI's registrations come here too.
+/// Whether it was recorded (else the reason is the last error).
 pub(crate) fn add(
     handle: *const c_void,
     host: *const c_void,
     dev_name: *const c_char,
     name: *const c_char,
     kind: SymbolKind,
-) {
+) -> bool {
     let id = match registry::handle(handle as usize) {
         HandleState::Library(id) => id,
         HandleState::Failed => {
             set_last_error("symbol registered against a fat binary that failed to register");
-            return;
+            return false;
         }
         HandleState::Unknown => {
             set_last_error(format!(
                 "symbol registered against {handle:p}, which is not a live handle of this library"
             ));
-            return;
+            return false;
         }
     };
     // Borrowed, not copied: the name is read when a lookup or message needs it.
     let name = if !dev_name.is_null() { dev_name } else { name };
     if name.is_null() {
         set_last_error("symbol registered without a name");
-        return;
+        return false;
     }
     let symbol = Symbol {
         host: host as usize,
@@ -145,8 +207,14 @@ pub(crate) fn add(
         kind,
     };
     match registry::add_symbol(id, symbol) {
-        Ok(()) => runtime::registered(id),
-        Err(e) => set_last_error(e.to_string()),
+        Ok(()) => {
+            runtime::registered(id);
+            true
+        }
+        Err(e) => {
+            set_last_error(e.to_string());
+            false
+        }
     }
 }
 
@@ -158,21 +226,56 @@ pub extern "C" fn __hipRegisterFunction(
     host_stub: *const c_void,
     dev_name: *mut c_char,
     name: *const c_char,
-    _thread_limit: c_int,
-    _tid: *mut c_void,
-    _bid: *mut c_void,
-    _block_dim: *mut c_void,
-    _grid_dim: *mut c_void,
-    _warp_size: *mut c_int,
+    thread_limit: c_int,
+    tid: *mut c_void,
+    bid: *mut c_void,
+    block_dim: *mut c_void,
+    grid_dim: *mut c_void,
+    warp_size: *mut c_int,
 ) -> c_int {
     guard(-1, || {
-        add(
+        let recorded = add(
             handle as *const c_void,
             host_stub,
             dev_name,
             name,
             SymbolKind::Kernel,
         );
+        if let Some((next, theirs)) = REGISTER_FUNCTION
+            .address()
+            .filter(|_| recorded)
+            .and_then(|next| Some((next, vendor_handle(handle as _)?)))
+        {
+            type Hook = unsafe extern "C" fn(
+                Handle,
+                *const c_void,
+                *mut c_char,
+                *const c_char,
+                c_int,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_int,
+            );
+            // SAFETY: libamdhip64's `__hipRegisterFunction`, of this signature.
+            let hook: Hook = unsafe { std::mem::transmute(next) };
+            // SAFETY: the program's arguments, with libamdhip64's handle.
+            unsafe {
+                hook(
+                    theirs as Handle,
+                    host_stub,
+                    dev_name,
+                    name,
+                    thread_limit,
+                    tid,
+                    bid,
+                    block_dim,
+                    grid_dim,
+                    warp_size,
+                )
+            };
+        }
         0
     })
 }
@@ -185,19 +288,50 @@ pub extern "C" fn __hipRegisterVar(
     host_var: *mut c_void,
     dev_name: *mut c_char,
     name: *const c_char,
-    _ext: c_int,
+    ext: c_int,
     size: usize,
-    _constant: c_int,
-    _global: c_int,
+    constant: c_int,
+    global: c_int,
 ) {
     guard((), || {
-        add(
+        let recorded = add(
             handle as *const c_void,
             host_var,
             dev_name,
             name,
             SymbolKind::Variable { size: size as u64 },
-        )
+        );
+        if let Some((next, theirs)) = REGISTER_VAR
+            .address()
+            .filter(|_| recorded)
+            .and_then(|next| Some((next, vendor_handle(handle as _)?)))
+        {
+            type Hook = unsafe extern "C" fn(
+                Handle,
+                *mut c_void,
+                *mut c_char,
+                *const c_char,
+                c_int,
+                usize,
+                c_int,
+                c_int,
+            );
+            // SAFETY: libamdhip64's `__hipRegisterVar`, of this signature.
+            let hook: Hook = unsafe { std::mem::transmute(next) };
+            // SAFETY: the program's arguments, with libamdhip64's handle.
+            unsafe {
+                hook(
+                    theirs as Handle,
+                    host_var,
+                    dev_name,
+                    name,
+                    ext,
+                    size,
+                    constant,
+                    global,
+                )
+            };
+        }
     })
 }
 
@@ -208,19 +342,47 @@ pub extern "C" fn __hipRegisterVar(
 pub extern "C" fn __hipRegisterManagedVar(
     handle: *mut c_void,
     pointer: *mut *mut c_void,
-    _init_value: *mut c_void,
+    init_value: *mut c_void,
     name: *const c_char,
     size: usize,
-    _align: c_uint,
+    align: c_uint,
 ) {
     guard((), || {
-        add(
+        let recorded = add(
             handle,
             pointer as *const c_void,
             std::ptr::null(),
             name,
             SymbolKind::Managed { size: size as u64 },
-        )
+        );
+        if let Some((next, theirs)) = REGISTER_MANAGED_VAR
+            .address()
+            .filter(|_| recorded)
+            .and_then(|next| Some((next, vendor_handle(handle)?)))
+        {
+            type Hook = unsafe extern "C" fn(
+                *mut c_void,
+                *mut *mut c_void,
+                *mut c_void,
+                *const c_char,
+                usize,
+                c_uint,
+            );
+            // SAFETY: libamdhip64's `__hipRegisterManagedVar`, of this
+            // signature: it allocates the variable and sets `*pointer`.
+            let hook: Hook = unsafe { std::mem::transmute(next) };
+            // SAFETY: the program's arguments, with libamdhip64's handle.
+            unsafe {
+                hook(
+                    theirs as *mut c_void,
+                    pointer,
+                    init_value,
+                    name,
+                    size,
+                    align,
+                )
+            };
+        }
     })
 }
 
@@ -231,17 +393,29 @@ pub extern "C" fn __hipRegisterSurface(
     var: *mut c_void,
     dev_name: *mut c_char,
     name: *const c_char,
-    _dim: c_int,
-    _ext: c_int,
+    dim: c_int,
+    ext: c_int,
 ) {
     guard((), || {
-        add(
+        let recorded = add(
             handle as *const c_void,
             var,
             dev_name,
             name,
             SymbolKind::Surface,
-        )
+        );
+        if let Some((next, theirs)) = REGISTER_SURFACE
+            .address()
+            .filter(|_| recorded)
+            .and_then(|next| Some((next, vendor_handle(handle as _)?)))
+        {
+            type Hook =
+                unsafe extern "C" fn(Handle, *mut c_void, *mut c_char, *const c_char, c_int, c_int);
+            // SAFETY: libamdhip64's `__hipRegisterSurface`, of this signature.
+            let hook: Hook = unsafe { std::mem::transmute(next) };
+            // SAFETY: the program's arguments, with libamdhip64's handle.
+            unsafe { hook(theirs as Handle, var, dev_name, name, dim, ext) };
+        }
     })
 }
 
@@ -253,17 +427,36 @@ pub extern "C" fn __hipRegisterTexture(
     var: *mut c_void,
     dev_name: *mut c_char,
     name: *const c_char,
-    _dim: c_int,
-    _norm: c_int,
-    _ext: c_int,
+    dim: c_int,
+    norm: c_int,
+    ext: c_int,
 ) {
     guard((), || {
-        add(
+        let recorded = add(
             handle as *const c_void,
             var,
             dev_name,
             name,
             SymbolKind::Texture,
-        )
+        );
+        if let Some((next, theirs)) = REGISTER_TEXTURE
+            .address()
+            .filter(|_| recorded)
+            .and_then(|next| Some((next, vendor_handle(handle as _)?)))
+        {
+            type Hook = unsafe extern "C" fn(
+                Handle,
+                *mut c_void,
+                *mut c_char,
+                *const c_char,
+                c_int,
+                c_int,
+                c_int,
+            );
+            // SAFETY: libamdhip64's `__hipRegisterTexture`, of this signature.
+            let hook: Hook = unsafe { std::mem::transmute(next) };
+            // SAFETY: the program's arguments, with libamdhip64's handle.
+            unsafe { hook(theirs as Handle, var, dev_name, name, dim, norm, ext) };
+        }
     })
 }

@@ -59,6 +59,7 @@ extern "C" fn on_load() {
         registry::install_fork_handlers();
         offload_detect::install_fork_handlers();
         omp::find_vendor();
+        hip::find_vendor();
     });
 }
 

@@ -1,12 +1,14 @@
 //! The vendor runtimes beside this library: where a program also links
-//! libomptarget, each registration hook passes the registration on to the
-//! next definition of the same hook, after doing its own work, so that the
-//! vendor's launch, memory and data-mapping calls work on the same code.
+//! libomptarget or libamdhip64, each registration hook passes the
+//! registration on to the next definition of the same hook, after doing its
+//! own work, so that the vendor's launch, memory and data-mapping calls work
+//! on the same code.
 //!
 //! The next definition is the one `dlsym(RTLD_NEXT, name)` finds from this
-//! library: libomptarget when the program was linked with this library
+//! library: the vendor's when the program was linked with this library
 //! first, as `clang -fopenmp … -loffload_loader` links it (clang appends
-//! `-lomp -lomptarget` after the user's libraries). Looked up when this
+//! `-lomp -lomptarget` after the user's libraries) and `clang -x hip …
+//! -loffload_loader` (clang appends `-lamdhip64`). Looked up when this
 //! library is loaded (under the loader's lock that loading holds anyway),
 //! and again by a hook that finds none, outside every lock of this library
 //! (rule 3 of [`crate::loader_lock`]): a vendor runtime `dlopen`ed later is
@@ -54,7 +56,7 @@ impl Next {
     }
 
     /// The definition found, if any.
-    fn address(&self) -> Option<usize> {
+    pub(crate) fn address(&self) -> Option<usize> {
         Some(self.address.load(Ordering::Acquire)).filter(|&a| a != 0)
     }
 

@@ -16,6 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* Linked without libamdhip64 (-no-hip-rt): what each kernel's host stub
+ * references, answering "not supported"; this program launches nothing. */
+extern "C" int __hipPopCallConfiguration(dim3 *, dim3 *, size_t *, void **) { return 801; }
+extern "C" int hipLaunchKernel(const void *, dim3, dim3, void **, size_t, void *) { return 801; }
+
 __attribute__((global)) void hostile_kernel(int *p) { *p = 3; }
 
 /* A clang offload bundle: the host entry and one gfx90a entry, built at run
