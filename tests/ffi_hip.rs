@@ -606,3 +606,28 @@ fn beside_libamdhip64_registration_reaches_it() {
         "{err}"
     );
 }
+
+/// A `__managed__` variable, standalone (no libamdhip64 linked), from
+/// clang-22's old and new offload driver: the host reads its initial value
+/// and writes it (clang sends every host use through the pointer
+/// `__hipRegisterManagedVar` is given, which was left null and crashed the
+/// first read), and the lookup by `&counter` finds it on the device.
+#[test]
+fn managed_variables_have_their_initial_value_on_the_host() {
+    let Some(e) = loader() else { return };
+    let dir = scratch("hip-managed");
+    for driver in [None, Some("--offload-new-driver")] {
+        let mut program = LinkedProgram::hip(&["gfx90a"], "managed.hip").arg("-no-hip-rt");
+        if let Some(flag) = driver {
+            program = program.arg(flag);
+        }
+        let exe = e.build(program);
+        let out = run_ok(&mut e.fake_driver(&exe, "gfx90a:sramecc+:xnack-", &dir.join("log")));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "read=5\nwritten=9\ndevice=0 lookup=0 size=4\n",
+            "{driver:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -348,9 +348,31 @@ pub extern "C" fn __hipRegisterManagedVar(
     align: c_uint,
 ) {
     guard((), || {
+        // The host reads and writes the variable through `*pointer` (clang
+        // rewrites every host use of `x` to go through the pointer `x`).
+        // clr points it at memory it allocates and fills from `init_value`
+        // (clang's `x.managed`, the variable's initial value); standalone,
+        // with no driver to call from a constructor, it points at
+        // `x.managed` itself: host memory of the program's own, holding the
+        // initial value. `&x` in the program is then `init_value`, which is
+        // what the variable is looked up by. libamdhip64, beside, sets it
+        // again to its own allocation.
+        if pointer.is_null() || init_value.is_null() {
+            set_last_error("__hipRegisterManagedVar: a null pointer or initial value");
+            return;
+        }
+        if process::locate(pointer as usize).is_none() {
+            set_last_error(format!(
+                "__hipRegisterManagedVar: the pointer at {pointer:p} is in no loaded object"
+            ));
+            return;
+        }
+        // SAFETY: `pointer` is the address of clang's pointer variable `x`,
+        // a writable global of the registering object (checked to be loaded).
+        unsafe { *pointer = init_value };
         let recorded = add(
             handle,
-            pointer as *const c_void,
+            init_value,
             std::ptr::null(),
             name,
             SymbolKind::Managed { size: size as u64 },
