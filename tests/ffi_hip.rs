@@ -611,7 +611,11 @@ fn beside_libamdhip64_registration_reaches_it() {
 /// clang-22's old and new offload driver: the host reads its initial value
 /// and writes it (clang sends every host use through the pointer
 /// `__hipRegisterManagedVar` is given, which was left null and crashed the
-/// first read), and the lookup by `&counter` finds it on the device.
+/// first read), and the lookup by `&counter` finds it on the device. When
+/// the image is loaded, the device's copy of the pointer (clang's 8-byte
+/// device variable `counter`) is set to where the agent reaches the host's
+/// copy (`hsa_amd_memory_lock`, then `hsa_memory_copy` of that address),
+/// as the test driver records.
 #[test]
 fn managed_variables_have_their_initial_value_on_the_host() {
     let Some(e) = loader() else { return };
@@ -622,12 +626,32 @@ fn managed_variables_have_their_initial_value_on_the_host() {
             program = program.arg(flag);
         }
         let exe = e.build(program);
-        let out = run_ok(&mut e.fake_driver(&exe, "gfx90a:sramecc+:xnack-", &dir.join("log")));
+        let calls = dir.join("calls");
+        let _ = std::fs::remove_file(&calls);
+        let out = run_ok(
+            e.fake_driver(&exe, "gfx90a:sramecc+:xnack-", &dir.join("log"))
+                .env("FAKE_CALL_LOG", &calls),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             "read=5\nwritten=9\ndevice=0 lookup=0 size=4\n",
-            "{driver:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            "{driver:?}: {err}"
         );
+        let host = line(&err, "host=").trim_start_matches("host=").to_string();
+        let calls = std::fs::read_to_string(&calls).unwrap();
+        assert!(
+            calls.contains(&format!("hsa_amd_memory_lock {host} 4\n")),
+            "{driver:?}: {calls}"
+        );
+        let copy = line(&calls, "hsa_memory_copy ");
+        assert!(copy.ends_with(&format!(" 8 {host}")), "{driver:?}: {calls}");
     }
+}
+
+/// The first line of `text` starting with `prefix`.
+fn line<'t>(text: &'t str, prefix: &str) -> &'t str {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line `{prefix}…` in:\n{text}"))
 }

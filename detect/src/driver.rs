@@ -88,6 +88,19 @@ impl LoadedImage {
         }
     }
 
+    /// Points the 8-byte device variable `name` (a HIP managed variable's
+    /// device-side pointer) at the `size` bytes at `host`, which the caller
+    /// keeps alive while the image is loaded: the device then reads and
+    /// writes the host's copy. HSA only.
+    pub fn point_at_host(&self, name: &str, host: usize, size: usize) -> Result<(), DriverError> {
+        match self.live()? {
+            Loaded::Hsa(loaded) => loaded.point_at_host(name, host, size),
+            Loaded::Cuda(_) => Err(DriverError::Unsupported(
+                "pointing a device variable at host memory",
+            )),
+        }
+    }
+
     /// Unloads the image and reports the driver's status; further lookups
     /// fail with [`DriverError::Unloaded`]. Dropping an image unloads it too,
     /// ignoring the status.

@@ -61,6 +61,8 @@ pub(crate) struct Api {
     executable_get_symbol_by_name: sys::ExecutableGetSymbolByName,
     executable_symbol_get_info: sys::ExecutableSymbolGetInfo,
     executable_destroy: sys::ExecutableDestroy,
+    amd_memory_lock: sys::AmdMemoryLock,
+    memory_copy: sys::MemoryCopy,
 }
 
 impl std::fmt::Debug for Api {
@@ -100,6 +102,8 @@ pub(crate) fn open(library: Option<PathBuf>) -> Result<&'static Api, Reason> {
             executable_get_symbol_by_name: resolve!(lib, path, "hsa_executable_get_symbol_by_name"),
             executable_symbol_get_info: resolve!(lib, path, "hsa_executable_symbol_get_info"),
             executable_destroy: resolve!(lib, path, "hsa_executable_destroy"),
+            amd_memory_lock: resolve!(lib, path, "hsa_amd_memory_lock"),
+            memory_copy: resolve!(lib, path, "hsa_memory_copy"),
             path,
         })
     })

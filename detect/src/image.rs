@@ -42,6 +42,9 @@ pub enum DriverError {
     /// The image was already unloaded.
     #[error("the image was already unloaded")]
     Unloaded,
+    /// What was asked has no implementation for this driver.
+    #[error("{0} is not supported by this driver")]
+    Unsupported(&'static str),
 }
 
 /// A kernel's handle: the HSA kernel object (for the dispatch packet) or the

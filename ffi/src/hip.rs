@@ -357,6 +357,17 @@ pub extern "C" fn __hipRegisterManagedVar(
         // initial value. `&x` in the program is then `init_value`, which is
         // what the variable is looked up by. libamdhip64, beside, sets it
         // again to its own allocation.
+        if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
+            // Reported by `add`, which refuses the handle.
+            add(
+                handle,
+                init_value,
+                std::ptr::null(),
+                name,
+                SymbolKind::Managed { size: size as u64 },
+            );
+            return;
+        }
         if pointer.is_null() || init_value.is_null() {
             set_last_error("__hipRegisterManagedVar: a null pointer or initial value");
             return;

@@ -308,7 +308,7 @@ fn load(
         )
     };
     loader_lock::check("a driver load");
-    target
+    let loaded = target
         .load(&bytes)
         .map(Arc::new)
         .map_err(|source| Error::Driver {
@@ -316,7 +316,50 @@ fn load(
             what: format!("loading {id}"),
             device,
             source: Box::new(source),
+        })?;
+    share_managed(library, &loaded, device);
+    Ok(loaded)
+}
+
+/// Points each managed variable's device-side pointer in the image just
+/// loaded at the host's copy of the variable (where
+/// `__hipRegisterManagedVar` pointed the program), as clr does at load with
+/// memory it allocated. Failures become the last error.
+fn share_managed(library: &Library, loaded: &LoadedImage, device: usize) {
+    // The symbols first, then their names: the registry's lock is never
+    // taken inside a reader (unregistration holds it while it waits for
+    // readers).
+    let managed: Vec<(Symbol, u64)> = registry::symbols(library.id)
+        .into_iter()
+        .filter_map(|s| match s.kind {
+            SymbolKind::Managed { size } => Some((s, size)),
+            _ => None,
         })
+        .collect();
+    if managed.is_empty() {
+        return;
+    }
+    let Some(named) = library.enter().map(|reading| {
+        managed
+            .iter()
+            .map(|(s, size)| (reading.name(s), s.host, *size))
+            .collect::<Vec<_>>()
+    }) else {
+        return;
+    };
+    for (name, host, size) in named {
+        if let Err(source) = loaded.point_at_host(&name, host, size as usize) {
+            crate::set_last_error(
+                Error::Driver {
+                    origin: origin(library),
+                    what: format!("managed variable {name}"),
+                    device,
+                    source: Box::new(source),
+                }
+                .to_string(),
+            );
+        }
+    }
 }
 
 /// The device handle or address of `symbol` of `library` on `device`:

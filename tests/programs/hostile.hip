@@ -97,6 +97,8 @@ static void foreign_handle(void) {
     expect(__cudaInitModule(foreign[i]) == 0 && has_error(), "foreign init reported");
   }
   void **h = register_one(5);
+  __hipRegisterManagedVar(h, 0, 0, kernel_name, 4, 4);
+  expect(strstr(offload_loader_last_error(), "null pointer") != NULL, "null managed variable reported");
   __tgt_unregister_lib(h);
   expect(has_error(), "a HIP handle is not an OpenMP descriptor");
   __hipUnregisterFatBinary(h);

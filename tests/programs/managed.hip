@@ -11,6 +11,7 @@ int main() {
   printf("read=%d\n", counter);
   counter = 9;
   printf("written=%d\n", counter);
+  fprintf(stderr, "host=%p\n", (void *)&counter);
   uint64_t address = 0, size = 0;
   int n = offload_loader_device_count();
   for (int d = 0; d < n; d++) {

@@ -184,6 +184,37 @@ impl Loaded {
         })
     }
 
+    /// Points the 8-byte device variable `name` at the `size` host bytes at
+    /// `host`, pinned for this agent (`hsa_amd_memory_lock`), as clr does for
+    /// a HIP managed variable with memory it allocated: the device reads and
+    /// writes the host's copy.
+    pub(crate) fn point_at_host(
+        &self,
+        name: &str,
+        host: usize,
+        size: usize,
+    ) -> Result<(), DriverError> {
+        let global = self.global(name)?;
+        let mut agent = self.agent;
+        let mut reached: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: `host..host + size` is memory of the process the caller
+        // keeps alive while the executable lives; one agent, by pointer; an
+        // out-pointer.
+        check(self.api, "hsa_amd_memory_lock", unsafe {
+            (self.api.amd_memory_lock)(host as *mut _, size, &mut agent, 1, &mut reached)
+        })?;
+        let value = reached as u64;
+        // SAFETY: the variable's device address the runtime gave, 8 bytes
+        // from a local.
+        check(self.api, "hsa_memory_copy", unsafe {
+            (self.api.memory_copy)(
+                global.address as *mut _,
+                (&value as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        })
+    }
+
     /// Destroys the executable, then the reader. The caller calls it once.
     pub(crate) fn unload(&self) -> Result<(), DriverError> {
         let mut result = Ok(());

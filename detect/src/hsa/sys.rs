@@ -121,6 +121,13 @@ pub type ExecutableGetSymbolByName =
 pub type ExecutableSymbolGetInfo =
     unsafe extern "C" fn(ExecutableSymbol, u32, *mut c_void) -> Status;
 pub type ExecutableDestroy = unsafe extern "C" fn(Executable) -> Status;
+/// `hsa_amd_memory_lock(host_ptr, size, agents, num_agent, agent_ptr)`
+/// (hsa_ext_amd.h): pins host memory and gives the address the agents
+/// reach it at.
+pub type AmdMemoryLock =
+    unsafe extern "C" fn(*mut c_void, usize, *mut Agent, i32, *mut *mut c_void) -> Status;
+/// `hsa_memory_copy(dst, src, size)` (hsa.h).
+pub type MemoryCopy = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> Status;
 
 /// The symbolic name of a status (hsa.h `hsa_status_t`).
 pub fn status_name(status: Status) -> &'static str {

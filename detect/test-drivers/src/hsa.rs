@@ -1,7 +1,7 @@
 //! The HSA half: `hsa_*` symbols with hsa.h's signatures (handles are
 //! `struct { uint64_t }`, passed as `u64`).
 
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -385,5 +385,43 @@ pub unsafe extern "C" fn hsa_executable_symbol_get_info(
             _ => return INVALID_ARGUMENT,
         }
     }
+    SUCCESS
+}
+
+/// Pins nothing: as on a system whose GPUs reach host memory at its own
+/// address, the agent's pointer is the host pointer. Recorded in
+/// `FAKE_CALL_LOG` as `hsa_amd_memory_lock <host> <size>`.
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_memory_lock(
+    host: *mut c_void,
+    size: usize,
+    _agents: *mut u64,
+    _count: c_int,
+    agent_ptr: *mut *mut c_void,
+) -> u32 {
+    if host.is_null() || size == 0 || agent_ptr.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    log_call(format!("hsa_amd_memory_lock {host:p} {size}"));
+    // SAFETY: an out-pointer.
+    unsafe { write(agent_ptr.cast(), host) };
+    SUCCESS
+}
+
+/// Device memory is not real here: a copy is recorded in `FAKE_CALL_LOG`,
+/// not made, as `hsa_memory_copy <dst> <size>` and, for 8 bytes, the value
+/// copied.
+#[no_mangle]
+pub unsafe extern "C" fn hsa_memory_copy(dst: *mut c_void, src: *const c_void, size: usize) -> u32 {
+    if dst.is_null() || src.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let value = if size == 8 {
+        // SAFETY: 8 readable bytes at `src` (hsa.h: `size` bytes).
+        format!(" {:#x}", unsafe { src.cast::<u64>().read_unaligned() })
+    } else {
+        String::new()
+    };
+    log_call(format!("hsa_memory_copy {dst:p} {size}{value}"));
     SUCCESS
 }

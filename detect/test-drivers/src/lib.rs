@@ -20,7 +20,7 @@
 //! | `CUDA_VISIBLE_DEVICES` | applied as the driver does, indices only: set but empty hides all; the first invalid, out-of-range or repeated index ends the list |
 //! | `FAKE_DRIVER_LOG` | file to which each successful load appends `hsa load <target-id> <size> <fnv64>` or `cuda load sm_XY <size> <fnv64>` |
 //! | `FAKE_LOAD_DLOPEN` | a library each load `dlopen`s (and closes) while it holds the driver's lock, as the CUDA driver's PTX JIT loads `libnvidia-ptxjitcompiler` |
-//! | `FAKE_CALL_LOG` | file to which lifecycle calls append a line: `hsa_init`, `hsa_shut_down`, `hsa_executable_destroy`, `hsa_code_object_reader_destroy`, `cuDevicePrimaryCtxRetain <dev>`, `cuDevicePrimaryCtxRelease_v2 <dev>`, `cuModuleUnload <module>` |
+//! | `FAKE_CALL_LOG` | file to which lifecycle calls append a line: `hsa_init`, `hsa_shut_down`, `hsa_executable_destroy`, `hsa_code_object_reader_destroy`, `hsa_amd_memory_lock <host> <size>`, `hsa_memory_copy <dst> <size> [<8-byte value>]`, `cuDevicePrimaryCtxRetain <dev>`, `cuDevicePrimaryCtxRelease_v2 <dev>`, `cuModuleUnload <module>` |
 //!
 //! Like the real drivers, the double holds one lock of its own across every
 //! load and unload (`hsa_executable_load_agent_code_object`,
