@@ -11,13 +11,16 @@
 //! - [`amdgpu`]: an AMDGPU code object's header → code object version, OS ABI,
 //!   processor and target ID ([`amdgpu::AmdgpuCodeObject`]);
 //! - [`cubin`]: an NVIDIA cubin's header → `sm_XY[a]` ([`cubin::Cubin`]);
-//! - [`ptx`]: PTX text's `.version`, `.target` and `.address_size` ([`ptx::Header`]).
+//! - [`ptx`]: PTX text's `.version`, `.target` and `.address_size` ([`ptx::Header`]);
+//! - [`globals`]: a device variable's initial value, in a cubin or PTX
+//!   (read for a CUDA managed variable, never while listing).
 //!
 //! Only the ELF header or the first PTX directives are read.
 
 pub mod amdgpu;
 pub mod cubin;
 pub mod elf;
+pub mod globals;
 pub mod ptx;
 
 use crate::magic::{self, Magic};
