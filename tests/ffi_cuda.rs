@@ -160,3 +160,144 @@ fn rdc_programs_link_and_resolve_across_translation_units() {
     );
     assert!(log.lines().any(|l| l.starts_with("cuda load")), "{log}");
 }
+
+/// `__managed__` variables of an `nvcc -cudart none` program (nvcc 13),
+/// which did not link before (`__cudaRegisterManagedVar` was missing): the
+/// host reads their initial values and writes them. With a GPU, nvcc's host
+/// pointer is set to the memory the driver gave the variable in the loaded
+/// module, as cudart does (the test driver gives a cubin's managed
+/// variables host memory initialised from the cubin, as the real one gives
+/// managed memory), and the variable is looked up by that address. With no
+/// GPU, or none the fat binary has an image for, it points at host memory
+/// holding the initial value read from the images (cubin or PTX).
+#[test]
+fn managed_variables_are_read_and_written_by_the_host() {
+    let Some(cuda) = support::cuda() else { return };
+    let Some(_) = support::built("liboffload_test_drivers.so") else {
+        return;
+    };
+    let Some(exe) = cuda.with_loader("managed.cu", "managed", &["-arch=sm_80"]) else {
+        return;
+    };
+    let values = "read=5 arr=1.5,2.5,3.5 zero=0\nwritten=9\n";
+    // An sm_86 GPU runs the sm_80 cubin: the driver's memory.
+    let (out, err, log) = run(&exe, "8.6");
+    assert_eq!(
+        out,
+        format!("{values}device=0 lookup=0 size=4 host=1\n"),
+        "{err}"
+    );
+    assert_eq!(log.lines().count(), 1, "{log}");
+    // No GPU: the initial values from the images.
+    let (out, err, _) = run(&exe, "");
+    assert_eq!(out, values, "{err}");
+    // A GPU with no image here (sm_70 runs neither the sm_80 cubin nor its
+    // PTX): the same, and the lookup says why.
+    let (out, err, _) = run(&exe, "7.0");
+    assert!(out.starts_with(values), "{out}{err}");
+    assert!(out.contains("device=0 lookup=-2"), "{out}");
+    // Only PTX (compute_80): its initialisers are read the same way.
+    let Some(ptx) = cuda.with_loader(
+        "managed.cu",
+        "managed-ptx",
+        &["-gencode", "arch=compute_80,code=compute_80"],
+    ) else {
+        return;
+    };
+    let (out, err, _) = run(&ptx, "");
+    assert_eq!(out, values, "{err}");
+}
+
+/// An `nvcc -cudart shared` program linked with this library first
+/// (`-loffload_loader`, then nvcc's `-lcudart`; CUDA 13.5's libcudart from
+/// its wheel): every registration reaches libcudart with the handle
+/// libcudart returned, not this library's (a second definition of the
+/// hooks between the two, tests/programs/cuda_spy.c, sees each call), and
+/// the program's `cudaGetDeviceCount` and `<<<>>>` launch answer as without
+/// this library (no GPU and no libcuda here: libcudart says so), while
+/// `OFFLOAD_LOADER_INFO` names the image this library selects.
+#[test]
+fn beside_libcudart_registration_reaches_it() {
+    let Some(cuda) = support::cuda() else { return };
+    let Some(fake) = support::built("liboffload_test_drivers.so") else {
+        return;
+    };
+    let dir = support::scratch("cudart-beside");
+    let lib = cuda.bin.parent().unwrap().join("lib");
+    // The wheel has libcudart.so.13 only: a link name for `-lcudart`.
+    let names = dir.join("cudart");
+    std::fs::create_dir_all(&names).unwrap();
+    let _ = std::fs::remove_file(names.join("libcudart.so"));
+    std::os::unix::fs::symlink(lib.join("libcudart.so.13"), names.join("libcudart.so")).unwrap();
+    let spy = dir.join("libcuda_spy.so");
+    support::run_ok(
+        Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&spy)
+            .arg(support::program("cuda_spy.c"))
+            .arg("-ldl"),
+    );
+    let build = support::build_dir().display().to_string();
+    let source = support::program("cudart_launch.cu");
+    let link = |output: &str, ours: &[&str]| {
+        let mut cmd = cuda.nvcc_command();
+        cmd.current_dir(&dir)
+            .args(["-arch=sm_80", "-cudart", "shared"])
+            .arg(&source)
+            .args(ours)
+            .arg(format!("-L{}", names.display()))
+            .args(["-Xlinker", "-rpath", "-Xlinker"])
+            .arg(format!("{build}:{}:{}", dir.display(), lib.display()))
+            .args(["-o", output]);
+        support::run_ok(&mut cmd);
+        dir.join(output)
+    };
+    let plain = link("plain", &[]);
+    let spied = link(
+        "spied",
+        &[
+            &format!("-L{build}"),
+            "-loffload_loader",
+            "-Xlinker",
+            "--no-as-needed",
+            &format!("-L{}", dir.display()),
+            "-lcuda_spy",
+        ],
+    );
+    let run = |exe: &std::path::Path| {
+        let out = Command::new(exe)
+            .env("OFFLOAD_LOADER_CUDA_LIBRARY", &fake)
+            .env("OFFLOAD_LOADER_HSA_LIBRARY", "/nonexistent")
+            .env("FAKE_CUDA_DEVICES", "8.6")
+            .env("FAKE_CUDA_DRIVER_VERSION", "13050")
+            .env("OFFLOAD_LOADER_INFO", "1")
+            .env_remove("OFFLOAD_LOADER_DEVICES")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (expected, _) = run(&plain);
+    assert!(expected.contains("launch rc="), "{expected}");
+    let (out, err) = run(&spied);
+    assert_eq!(out, expected, "{err}");
+    let spied: Vec<&str> = err.lines().filter(|l| l.starts_with("spy: ")).collect();
+    assert_eq!(
+        spied,
+        [
+            "spy: fat binary, handle returned",
+            "spy: function _Z1kPi, its handle",
+            "spy: variable dv (4 bytes), its handle",
+            "spy: end, its handle",
+            "spy: unregister, its handle",
+        ],
+        "{err}"
+    );
+    assert!(
+        err.contains("device 0 sm_86 loads [0] cuda-nvptx64-nvidia-cuda--sm_80"),
+        "{err}"
+    );
+}

@@ -111,10 +111,18 @@ void __cudaRegisterFatBinaryEnd(void **handle);
 void __cudaUnregisterFatBinary(void **handle);
 /* nvcc's managed-variable initialiser calls this (nvcc 13.0 emits it into every
  * -cudart none program with a device variable): loads the selected image on
- * every device that has one. 1 when one was loaded; 0 and the last error for a
- * handle that names no registered fat binary, or a failed load. Not from a
- * constructor: it detects the devices. */
+ * every device that has one, then points each managed variable's host pointer
+ * that is still null at the driver's memory for it (the first device's
+ * module), or with no GPU at host memory holding its initial value. 1 when an
+ * image was loaded; 0 and the last error for a handle that names no
+ * registered fat binary, or a failed load. Not from a constructor: it detects
+ * the devices. */
 char __cudaInitModule(void **handle);
+/* A __managed__ variable: nvcc's host code reaches it through the pointer at
+ * host_var_ptr, which __cudaInitModule sets; looked up by that address then. */
+void __cudaRegisterManagedVar(void **handle, void **host_var_ptr,
+                              char *device_address, const char *name, int ext,
+                              size_t size, int constant, int global);
 void __cudaRegisterFunction(void **handle, const char *host_fun,
                             char *device_fun, const char *name,
                             int thread_limit, void *tid, void *bid,

@@ -17,6 +17,13 @@
 //! Launching is out of scope, as for HIP: `__cudaGetKernel` resolves a host
 //! stub to its `CUfunction` on device 0 (what the driver's `cuLaunchKernel`
 //! takes), and `__cudaLaunchKernel` answers `cudaErrorNotSupported` (801).
+//!
+//! Beside libcudart (`nvcc -cudart shared`, linked after this library;
+//! [`crate::vendor`]) the registration calls are handed on after this
+//! library's own work, with the handle libcudart returned for the fat
+//! binary, and `__cudaInitModule`, the launch configuration, `__cudaGetKernel`
+//! and `__cudaLaunchKernel` are libcudart's: it loads, launches and manages
+//! memory, as without this library.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -28,7 +35,44 @@ use crate::library::SymbolKind;
 use crate::registry::{self, HandleState};
 use crate::runtime;
 use crate::slots::Runtime;
+use crate::vendor::Next;
 use crate::{guard, set_last_error};
+
+/// libcudart's hooks, where it is in the process after this library.
+static REGISTER_FATBIN: Next = Next::new(c"__cudaRegisterFatBinary");
+static REGISTER_FATBIN_END: Next = Next::new(c"__cudaRegisterFatBinaryEnd");
+static UNREGISTER_FATBIN: Next = Next::new(c"__cudaUnregisterFatBinary");
+static REGISTER_FUNCTION: Next = Next::new(c"__cudaRegisterFunction");
+static REGISTER_VAR: Next = Next::new(c"__cudaRegisterVar");
+static REGISTER_MANAGED_VAR: Next = Next::new(c"__cudaRegisterManagedVar");
+static INIT_MODULE: Next = Next::new(c"__cudaInitModule");
+static PUSH_CONFIGURATION: Next = Next::new(c"__cudaPushCallConfiguration");
+static POP_CONFIGURATION: Next = Next::new(c"__cudaPopCallConfiguration");
+static GET_KERNEL: Next = Next::new(c"__cudaGetKernel");
+static LAUNCH_KERNEL: Next = Next::new(c"__cudaLaunchKernel");
+
+/// Looks libcudart's hooks up (see [`crate::vendor`]).
+pub(crate) fn find_vendor() {
+    REGISTER_FATBIN.resolve(__cudaRegisterFatBinary as *const () as usize);
+    REGISTER_FATBIN_END.resolve(__cudaRegisterFatBinaryEnd as *const () as usize);
+    UNREGISTER_FATBIN.resolve(__cudaUnregisterFatBinary as *const () as usize);
+    REGISTER_FUNCTION.resolve(__cudaRegisterFunction as *const () as usize);
+    REGISTER_VAR.resolve(__cudaRegisterVar as *const () as usize);
+    REGISTER_MANAGED_VAR.resolve(__cudaRegisterManagedVar as *const () as usize);
+    INIT_MODULE.resolve(__cudaInitModule as *const () as usize);
+    PUSH_CONFIGURATION.resolve(__cudaPushCallConfiguration as *const () as usize);
+    POP_CONFIGURATION.resolve(__cudaPopCallConfiguration as *const () as usize);
+    GET_KERNEL.resolve(__cudaGetKernel as *const () as usize);
+    LAUNCH_KERNEL.resolve(__cudaLaunchKernel as *const () as usize);
+}
+
+/// libcudart's hook `next` with the handle it returned for the fat binary
+/// of this library's `handle`, when both are there.
+fn handed(next: &Next, handle: Handle) -> Option<(usize, Handle)> {
+    let address = next.address()?;
+    let theirs = registry::with(|r| r.vendor_handles.get(&(handle as usize)).copied())?;
+    Some((address, theirs as Handle))
+}
 
 /// `cudaErrorInvalidDeviceFunction`: no kernel registered for a host stub.
 const CUDA_ERROR_INVALID_DEVICE_FUNCTION: c_int = 98;
@@ -42,14 +86,41 @@ const CUDA_ERROR_MISSING_CONFIGURATION: c_int = 52;
 /// in `.nv_fatbin`). Only the entry selected for a device is ever inflated.
 #[no_mangle]
 pub extern "C" fn __cudaRegisterFatBinary(wrapper: *mut c_void) -> Handle {
-    crate::hip::register_wrapper(wrapper as usize, Runtime::Cuda, WrapperKind::Cuda)
+    let handle = crate::hip::register_wrapper(wrapper as usize, Runtime::Cuda, WrapperKind::Cuda);
+    guard((), || {
+        // Only what this library could register (see `hip`).
+        if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
+            return;
+        }
+        find_vendor();
+        let Some(next) = REGISTER_FATBIN.address() else {
+            return;
+        };
+        // SAFETY: libcudart's `void **__cudaRegisterFatBinary(void *)`.
+        let register: unsafe extern "C" fn(*mut c_void) -> Handle =
+            unsafe { std::mem::transmute(next) };
+        // SAFETY: as the program would have called it.
+        let theirs = unsafe { register(wrapper) };
+        registry::with(|r| r.vendor_handles.insert(handle as usize, theirs as usize));
+    });
+    handle
 }
 
 /// Called once the fat binary's kernels and variables are registered: nothing
 /// is left to do (images load at first lookup, or at registration with
 /// `OFFLOAD_LOADER_EAGER=1`).
 #[no_mangle]
-pub extern "C" fn __cudaRegisterFatBinaryEnd(_handle: Handle) {}
+pub extern "C" fn __cudaRegisterFatBinaryEnd(handle: Handle) {
+    guard((), || {
+        if let Some((next, theirs)) = handed(&REGISTER_FATBIN_END, handle) {
+            // SAFETY: libcudart's `void __cudaRegisterFatBinaryEnd(void **)`,
+            // with its own handle.
+            let end: unsafe extern "C" fn(Handle) = unsafe { std::mem::transmute(next) };
+            // SAFETY: as the program would have called it.
+            unsafe { end(theirs) };
+        }
+    })
+}
 
 /// What nvcc's managed-variable initialiser (`__nv_init_managed_rt_with_module`)
 /// calls before host code first touches a `__managed__` variable: the fat
@@ -62,6 +133,13 @@ pub extern "C" fn __cudaRegisterFatBinaryEnd(_handle: Handle) {}
 /// devices (the loader-lock rule).
 #[no_mangle]
 pub extern "C" fn __cudaInitModule(handle: Handle) -> c_char {
+    if let Some((next, theirs)) = guard(None, || handed(&INIT_MODULE, handle)) {
+        // SAFETY: libcudart's `char __cudaInitModule(void **)`: it loads the
+        // module and places the managed variables, with its own handle.
+        let init: unsafe extern "C" fn(Handle) -> c_char = unsafe { std::mem::transmute(next) };
+        // SAFETY: as the program would have called it.
+        return unsafe { init(theirs) };
+    }
     guard(0, || match registry::handle(handle as usize) {
         HandleState::Library(id) => c_char::from(runtime::init_module(id)),
         _ => {
@@ -78,7 +156,16 @@ pub extern "C" fn __cudaInitModule(handle: Handle) -> c_char {
 /// the caller; nothing else happens.
 #[no_mangle]
 pub extern "C" fn __cudaUnregisterFatBinary(handle: Handle) {
-    crate::hip::unregister_handle(handle, "__cudaUnregisterFatBinary")
+    crate::hip::unregister_handle(handle, "__cudaUnregisterFatBinary");
+    guard((), || {
+        let theirs = registry::with(|r| r.vendor_handles.remove(&(handle as usize)));
+        if let (Some(theirs), Some(next)) = (theirs, UNREGISTER_FATBIN.address()) {
+            // SAFETY: libcudart's `void __cudaUnregisterFatBinary(void **)`.
+            let unregister: unsafe extern "C" fn(Handle) = unsafe { std::mem::transmute(next) };
+            // SAFETY: with the handle it returned for this fat binary.
+            unsafe { unregister(theirs as Handle) };
+        }
+    })
 }
 
 /// Registers kernel `device_name`, launched from host stub `host_fun`.
@@ -89,21 +176,52 @@ pub extern "C" fn __cudaRegisterFunction(
     host_fun: *const c_char,
     device_fun: *mut c_char,
     device_name: *const c_char,
-    _thread_limit: c_int,
-    _tid: *mut c_void,
-    _bid: *mut c_void,
-    _block_dim: *mut c_void,
-    _grid_dim: *mut c_void,
-    _warp_size: *mut c_int,
+    thread_limit: c_int,
+    tid: *mut c_void,
+    bid: *mut c_void,
+    block_dim: *mut c_void,
+    grid_dim: *mut c_void,
+    warp_size: *mut c_int,
 ) {
     guard((), || {
-        crate::hip::add(
+        let recorded = crate::hip::add(
             handle as *const c_void,
             host_fun.cast(),
             device_name,
             device_fun,
             SymbolKind::Kernel,
         );
+        if let Some((next, theirs)) = handed(&REGISTER_FUNCTION, handle).filter(|_| recorded) {
+            type Hook = unsafe extern "C" fn(
+                Handle,
+                *const c_char,
+                *mut c_char,
+                *const c_char,
+                c_int,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_void,
+                *mut c_int,
+            );
+            // SAFETY: libcudart's `__cudaRegisterFunction`, of this signature.
+            let hook: Hook = unsafe { std::mem::transmute(next) };
+            // SAFETY: the program's arguments, with libcudart's handle.
+            unsafe {
+                hook(
+                    theirs,
+                    host_fun,
+                    device_fun,
+                    device_name,
+                    thread_limit,
+                    tid,
+                    bid,
+                    block_dim,
+                    grid_dim,
+                    warp_size,
+                )
+            };
+        }
     })
 }
 
@@ -115,19 +233,100 @@ pub extern "C" fn __cudaRegisterVar(
     host_var: *mut c_char,
     device_address: *mut c_char,
     device_name: *const c_char,
-    _ext: c_int,
+    ext: c_int,
     size: usize,
-    _constant: c_int,
-    _global: c_int,
+    constant: c_int,
+    global: c_int,
 ) {
     guard((), || {
-        crate::hip::add(
+        let recorded = crate::hip::add(
             handle as *const c_void,
             host_var as *const c_void,
             device_name,
             device_address,
             SymbolKind::Variable { size: size as u64 },
         );
+        if let Some((next, theirs)) = handed(&REGISTER_VAR, handle).filter(|_| recorded) {
+            type Hook = unsafe extern "C" fn(
+                Handle,
+                *mut c_char,
+                *mut c_char,
+                *const c_char,
+                c_int,
+                usize,
+                c_int,
+                c_int,
+            );
+            // SAFETY: libcudart's `__cudaRegisterVar`, of this signature.
+            let hook: Hook = unsafe { std::mem::transmute(next) };
+            // SAFETY: the program's arguments, with libcudart's handle.
+            unsafe {
+                hook(
+                    theirs,
+                    host_var,
+                    device_address,
+                    device_name,
+                    ext,
+                    size,
+                    constant,
+                    global,
+                )
+            };
+        }
+    })
+}
+
+/// Registers managed variable `device_name` of `size` bytes: nvcc's host
+/// code reaches it through the pointer at `host_var_ptr`, null until
+/// `__cudaInitModule` (which nvcc's code calls before the first host use)
+/// points it at the variable's memory.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn __cudaRegisterManagedVar(
+    handle: Handle,
+    host_var_ptr: *mut *mut c_void,
+    device_address: *mut c_char,
+    device_name: *const c_char,
+    ext: c_int,
+    size: usize,
+    constant: c_int,
+    global: c_int,
+) {
+    guard((), || {
+        let recorded = crate::hip::add(
+            handle as *const c_void,
+            host_var_ptr as *const c_void,
+            device_name,
+            device_address,
+            SymbolKind::CudaManaged { size: size as u64 },
+        );
+        if let Some((next, theirs)) = handed(&REGISTER_MANAGED_VAR, handle).filter(|_| recorded) {
+            type Hook = unsafe extern "C" fn(
+                Handle,
+                *mut *mut c_void,
+                *mut c_char,
+                *const c_char,
+                c_int,
+                usize,
+                c_int,
+                c_int,
+            );
+            // SAFETY: libcudart's `__cudaRegisterManagedVar`, of this signature.
+            let hook: Hook = unsafe { std::mem::transmute(next) };
+            // SAFETY: the program's arguments, with libcudart's handle.
+            unsafe {
+                hook(
+                    theirs,
+                    host_var_ptr,
+                    device_address,
+                    device_name,
+                    ext,
+                    size,
+                    constant,
+                    global,
+                )
+            };
+        }
     })
 }
 
@@ -162,6 +361,14 @@ pub extern "C" fn __cudaPushCallConfiguration(
     shared: usize,
     stream: *mut c_void,
 ) -> c_uint {
+    if let Some(next) = PUSH_CONFIGURATION.address() {
+        // SAFETY: libcudart's `unsigned __cudaPushCallConfiguration(dim3,
+        // dim3, size_t, void *)`: beside it, launching is its.
+        let push: unsafe extern "C" fn(Dim3, Dim3, usize, *mut c_void) -> c_uint =
+            unsafe { std::mem::transmute(next) };
+        // SAFETY: the program's arguments.
+        return unsafe { push(grid, block, shared, stream) };
+    }
     guard(0, || {
         CONFIG.with(|c| {
             c.set(Some(Config {
@@ -183,6 +390,14 @@ pub extern "C" fn __cudaPopCallConfiguration(
     shared: *mut usize,
     stream: *mut *mut c_void,
 ) -> c_int {
+    if let Some(next) = POP_CONFIGURATION.address() {
+        // SAFETY: libcudart's `cudaError_t __cudaPopCallConfiguration(dim3 *,
+        // dim3 *, size_t *, void **)`.
+        let pop: unsafe extern "C" fn(*mut Dim3, *mut Dim3, *mut usize, *mut *mut c_void) -> c_int =
+            unsafe { std::mem::transmute(next) };
+        // SAFETY: the program's arguments.
+        return unsafe { pop(grid, block, shared, stream) };
+    }
     guard(CUDA_ERROR_MISSING_CONFIGURATION, || {
         let Some(config) = CONFIG.with(|c| c.take()) else {
             return CUDA_ERROR_MISSING_CONFIGURATION;
@@ -211,6 +426,14 @@ pub extern "C" fn __cudaPopCallConfiguration(
 /// loading the image selected for that device if it is not yet loaded.
 #[no_mangle]
 pub extern "C" fn __cudaGetKernel(kernel: *mut *mut c_void, host_fun: *const c_void) -> c_int {
+    if let Some(next) = GET_KERNEL.address() {
+        // SAFETY: libcudart's `cudaError_t __cudaGetKernel(cudaKernel_t *,
+        // const void *)`.
+        let get: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> c_int =
+            unsafe { std::mem::transmute(next) };
+        // SAFETY: the program's arguments.
+        return unsafe { get(kernel, host_fun) };
+    }
     crate::query::query(CUDA_ERROR_INVALID_DEVICE_FUNCTION, || {
         let what = || format!("kernel with host stub {host_fun:p}");
         let resolved = runtime::lookup(registry::kernel(host_fun as usize), 0, what);
@@ -234,13 +457,27 @@ pub extern "C" fn __cudaGetKernel(kernel: *mut *mut c_void, host_fun: *const c_v
 /// `cudaErrorNotSupported`, with the reason as the last error.
 #[no_mangle]
 pub extern "C" fn __cudaLaunchKernel(
-    _kernel: *const c_void,
-    _grid: Dim3,
-    _block: Dim3,
-    _args: *mut *mut c_void,
-    _shared: usize,
-    _stream: *mut c_void,
+    kernel: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: *mut c_void,
 ) -> c_int {
+    if let Some(next) = LAUNCH_KERNEL.address() {
+        type Launch = unsafe extern "C" fn(
+            *const c_void,
+            Dim3,
+            Dim3,
+            *mut *mut c_void,
+            usize,
+            *mut c_void,
+        ) -> c_int;
+        // SAFETY: libcudart's `__cudaLaunchKernel`, of this signature.
+        let launch: Launch = unsafe { std::mem::transmute(next) };
+        // SAFETY: the program's arguments.
+        return unsafe { launch(kernel, grid, block, args, shared, stream) };
+    }
     guard(CUDA_ERROR_NOT_SUPPORTED, || {
         set_last_error(
             "offload-loader finds, selects, loads and resolves kernels; launch them with \

@@ -44,7 +44,7 @@ pub(crate) fn find_vendor() {
 /// The handle libamdhip64 returned for the fat binary of this library's
 /// `handle`, if it was handed one.
 fn vendor_handle(handle: *const c_void) -> Option<usize> {
-    registry::with(|r| r.hip_vendor.get(&(handle as usize)).copied())
+    registry::with(|r| r.vendor_handles.get(&(handle as usize)).copied())
 }
 
 /// The handle clang stores in `__hip_gpubin_handle` and passes back: an
@@ -75,7 +75,7 @@ pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
             unsafe { std::mem::transmute(next) };
         // SAFETY: as the program would have called it.
         let theirs = unsafe { register(wrapper) };
-        registry::with(|r| r.hip_vendor.insert(handle as usize, theirs as usize));
+        registry::with(|r| r.vendor_handles.insert(handle as usize, theirs as usize));
     });
     handle
 }
@@ -148,7 +148,7 @@ fn locate_fatbin(
 pub extern "C" fn __hipUnregisterFatBinary(handle: Handle) {
     unregister_handle(handle, "__hipUnregisterFatBinary");
     guard((), || {
-        let theirs = registry::with(|r| r.hip_vendor.remove(&(handle as usize)));
+        let theirs = registry::with(|r| r.vendor_handles.remove(&(handle as usize)));
         if let (Some(theirs), Some(next)) = (theirs, UNREGISTER_FATBIN.address()) {
             // SAFETY: libamdhip64's `void __hipUnregisterFatBinary(void **)`.
             let unregister: unsafe extern "C" fn(Handle) = unsafe { std::mem::transmute(next) };

@@ -60,6 +60,7 @@ extern "C" fn on_load() {
         offload_detect::install_fork_handlers();
         omp::find_vendor();
         hip::find_vendor();
+        cuda::find_vendor();
     });
 }
 

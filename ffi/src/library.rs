@@ -77,8 +77,18 @@ pub(crate) struct Symbol {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SymbolKind {
     Kernel,
-    Variable { size: u64 },
-    Managed { size: u64 },
+    Variable {
+        size: u64,
+    },
+    /// A HIP managed variable: `host` is the host's copy.
+    Managed {
+        size: u64,
+    },
+    /// A CUDA managed variable: `host` is the address of nvcc's host
+    /// pointer to it, which `__cudaInitModule` sets.
+    CudaManaged {
+        size: u64,
+    },
     Surface,
     Texture,
 }

@@ -97,9 +97,10 @@ pub(crate) struct Registry {
     /// OpenMP: descriptor address → the reordered copy handed to
     /// libomptarget in its place (see `omp`).
     pub handed: FastMap<usize, usize>,
-    /// HIP: this library's fat-binary handle → the handle libamdhip64
-    /// returned for the same fat binary (see `hip`).
-    pub hip_vendor: FastMap<usize, usize>,
+    /// HIP and CUDA: this library's fat-binary handle → the handle the
+    /// vendor runtime (libamdhip64, libcudart) returned for the same fat
+    /// binary (see `vendor`).
+    pub vendor_handles: FastMap<usize, usize>,
     /// AOMP image infos waiting for the next descriptor: image number → target ID.
     pub image_info: Vec<(i32, String)>,
     /// Requirement flags from `__tgt_register_requires`.

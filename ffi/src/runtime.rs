@@ -201,7 +201,109 @@ pub(crate) fn settle() {
 pub(crate) fn init_module(id: usize) -> bool {
     loader_lock::check("__cudaInitModule");
     settle();
-    registry::library(id).is_some_and(|library| load_everything(&library, detection()))
+    let Some(library) = registry::library(id) else {
+        return false;
+    };
+    let detection = detection();
+    let loaded = load_everything(&library, detection);
+    place_managed(&library, detection);
+    loaded
+}
+
+/// Points nvcc's host pointer of each CUDA managed variable of `library`
+/// that is still null at the variable's memory, and makes the variable
+/// found by that address: the memory the driver allocated for it in the
+/// first device's module (managed memory, which the host reads and writes),
+/// as cudart does; with no module loaded (no GPU), host memory holding the
+/// initial value the library's images give it, so that the host program
+/// runs as on the CPU. Failures become the last error.
+fn place_managed(library: &Library, detection: &'static Detection) {
+    let managed: Vec<(Symbol, u64)> = registry::symbols(library.id)
+        .into_iter()
+        .filter_map(|s| match s.kind {
+            SymbolKind::CudaManaged { size } => Some((s, size)),
+            _ => None,
+        })
+        .collect();
+    for (symbol, size) in managed {
+        let pointer = symbol.host as *mut usize;
+        let fits = process::locate(symbol.host).is_some_and(|l| {
+            symbol.host % std::mem::align_of::<usize>() == 0
+                && l.segment.end - symbol.host >= std::mem::size_of::<usize>()
+        });
+        if !fits {
+            crate::set_last_error(format!(
+                "{}: a managed variable's host pointer at {:#x} is in no loaded object",
+                origin(library),
+                symbol.host
+            ));
+            continue;
+        }
+        // SAFETY: nvcc's pointer variable, checked to lie, aligned, in a
+        // loaded segment of the registering object.
+        if unsafe { pointer.read() } != 0 {
+            continue;
+        }
+        let Some(name) = library.enter().map(|r| r.name(&symbol)) else {
+            return;
+        };
+        let address = driver_memory(library, detection, &name)
+            .or_else(|| initial_memory(library, &name, size));
+        let Some(address) = address else {
+            crate::set_last_error(format!(
+                "{}: managed variable {name}: no memory for it",
+                origin(library)
+            ));
+            continue;
+        };
+        // SAFETY: as above; a pointer-sized, aligned global.
+        unsafe { pointer.write(address) };
+        let alias = Symbol {
+            host: address,
+            name: symbol.name,
+            kind: SymbolKind::Variable { size },
+        };
+        if let Err(e) = registry::add_symbol(library.id, alias) {
+            crate::set_last_error(e.to_string());
+        }
+    }
+}
+
+/// The memory the driver gave managed variable `name` in the module of the
+/// first device that loaded `library`.
+fn driver_memory(library: &Library, detection: &'static Detection, name: &str) -> Option<usize> {
+    let made = library.made(detection)?;
+    made.modules
+        .iter()
+        .filter_map(|cell| cell.get()?.as_ref().ok())
+        .find_map(|module| module.global(name).ok())
+        .map(|global| global.address as usize)
+}
+
+/// Host memory (never freed: nvcc's code keeps the pointer) holding the
+/// initial value of variable `name` in the first of `library`'s images that
+/// defines it, zeros where none does; 16-byte aligned, as `cudaMallocManaged`
+/// memory is at least.
+fn initial_memory(library: &Library, name: &str, size: u64) -> Option<usize> {
+    let size = usize::try_from(size).ok()?;
+    let initial: Option<Vec<u8>> = library.enter().and_then(|reading| {
+        (0..reading.images().len()).find_map(|i| {
+            let bytes = reading.image_bytes(i).ok()?;
+            offload_loader::image::globals::initial_value(&bytes, name, size as u64)
+                .map(|v| v.into_owned())
+        })
+    });
+    let layout = std::alloc::Layout::from_size_align(size.max(1), 16).ok()?;
+    // SAFETY: a non-zero size.
+    let memory = unsafe { std::alloc::alloc_zeroed(layout) };
+    if memory.is_null() {
+        return None;
+    }
+    if let Some(initial) = initial.filter(|v| v.len() <= size) {
+        // SAFETY: `memory` has `size` bytes, `initial` at most that many.
+        unsafe { std::ptr::copy_nonoverlapping(initial.as_ptr(), memory, initial.len()) };
+    }
+    Some(memory as usize)
 }
 
 /// `OFFLOAD_LOADER_EAGER=1`: loads the selected image on every device and

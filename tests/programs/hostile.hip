@@ -95,6 +95,8 @@ static void foreign_handle(void) {
     __hipRegisterManagedVar(foreign[i], (void **)&host_stubs[4], 0, kernel_name, 4, 4);
     expect(strstr(offload_loader_last_error(), "not a live handle") != NULL, "foreign handle reported");
     expect(__cudaInitModule(foreign[i]) == 0 && has_error(), "foreign init reported");
+    __cudaRegisterManagedVar(foreign[i], (void **)&host_stubs[4], (char *)kernel_name, kernel_name, 0, 4, 0, 0);
+    expect(strstr(offload_loader_last_error(), "not a live handle") != NULL, "foreign managed variable reported");
   }
   void **h = register_one(5);
   __hipRegisterManagedVar(h, 0, 0, kernel_name, 4, 4);

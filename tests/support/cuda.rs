@@ -281,7 +281,9 @@ impl Cuda {
         self.with_loader("cuda_lib.cu", "libcudalib.so", &a)
     }
 
-    fn with_loader(&self, source: &str, output: &str, args: &[&str]) -> Option<PathBuf> {
+    /// `tests/programs/<source>` built as `output` by `nvcc ARGS -cudart
+    /// none`, linked as [`Cuda::program_with_loader`] links its program.
+    pub fn with_loader(&self, source: &str, output: &str, args: &[&str]) -> Option<PathBuf> {
         let lib = built("liboffload_loader.so")?;
         let dir = lib.parent().unwrap().display().to_string();
         let slug: String = args

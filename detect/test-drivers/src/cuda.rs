@@ -483,15 +483,82 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
     // SAFETY: the caller's module handle and name.
     match unsafe { module_symbol(module, name) } {
         Ok(h) => {
+            // SAFETY: `module_symbol` checked the name is non-null; NUL-terminated.
+            let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+            let (at, bytes) =
+                managed(module as usize, name).unwrap_or((0x4f00_0000_0000u64 + h, 4));
             // SAFETY: out-pointers, either may be null (cuda.h).
             unsafe {
-                write(address.cast(), 0x4f00_0000_0000u64 + h);
-                write(size.cast(), 4usize);
+                write(address.cast(), at);
+                write(size.cast(), bytes);
             }
             SUCCESS
         }
         Err(e) => e,
     }
+}
+
+/// Memory of managed variables, by module and name, never freed.
+static MANAGED: Mutex<Vec<(usize, Vec<u8>, usize, usize)>> = Mutex::new(Vec::new());
+
+/// As the driver allocates managed memory, which the host reads and writes,
+/// for each `__managed__` variable of a module it loads (initialised from
+/// the module): the address and size of `name`'s, when the module is a
+/// cubin whose symbol `name` carries `STO_CUDA_MANAGED` (0x4 in
+/// `st_other`, as nvcc writes it); the same memory every time.
+fn managed(module: usize, name: &[u8]) -> Option<(u64, usize)> {
+    let mut managed = MANAGED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, _, at, size)) = managed
+        .iter()
+        .find(|(m, n, _, _)| *m == module && n == name)
+    {
+        return Some((*at as u64, *size));
+    }
+    let initial = {
+        let modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+        initial_value(modules.get(module.wrapping_sub(1))?, name)?
+    };
+    let memory: &'static mut [u64] = Box::leak(vec![0u64; initial.len().div_ceil(8).max(1)].into());
+    // SAFETY: `memory` has at least `initial.len()` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(initial.as_ptr(), memory.as_mut_ptr().cast(), initial.len())
+    };
+    let at = memory.as_ptr() as usize;
+    managed.push((module, name.to_vec(), at, initial.len()));
+    Some((at as u64, initial.len()))
+}
+
+/// The initial bytes of managed variable `name` in cubin `image`: its
+/// section's bytes at its value (zeros in `SHT_NOBITS`).
+fn initial_value(image: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+    use object::read::elf::{ElfFile64, SectionHeader, Sym};
+    let file = ElfFile64::<object::LittleEndian>::parse(image).ok()?;
+    let endian = file.endian();
+    let symbols = file.elf_symbol_table();
+    let (at, symbol) = symbols
+        .iter()
+        .enumerate()
+        .find(|(_, s)| symbols.symbol_name(endian, s).ok() == Some(name))?;
+    if symbol.st_other() & 0x4 == 0 {
+        return None;
+    }
+    let size = usize::try_from(symbol.st_size(endian)).ok()?;
+    let index = symbols
+        .symbol_section(endian, symbol, object::SymbolIndex(at))
+        .ok()??;
+    let section = file.elf_section_table().section(index).ok()?;
+    if section.sh_type(endian) == object::elf::SHT_NOBITS {
+        return Some(vec![0; size]);
+    }
+    let data = section.data(endian, image).ok()?;
+    let start = usize::try_from(
+        symbol
+            .st_value(endian)
+            .checked_sub(section.sh_addr(endian))?,
+    )
+    .ok()?;
+    data.get(start..start.checked_add(size)?)
+        .map(<[u8]>::to_vec)
 }
 
 #[no_mangle]

@@ -1,0 +1,45 @@
+/* Stands between offload-loader and libcudart, as a second definition of the
+ * CUDA registration hooks would: prints each call it is handed and whether
+ * the fat-binary handle it gets is the one the next definition (libcudart's)
+ * returned, then passes the call on. Signatures: CUDA crt/host_runtime.h. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdio.h>
+
+static void **theirs;
+
+static void *next(const char *name) { return dlsym(RTLD_NEXT, name); }
+
+void **__cudaRegisterFatBinary(void *wrapper) {
+  void **(*f)(void *) = (void **(*)(void *))next("__cudaRegisterFatBinary");
+  theirs = f(wrapper);
+  fprintf(stderr, "spy: fat binary, handle %s\n", theirs ? "returned" : "null");
+  return theirs;
+}
+
+void __cudaRegisterFatBinaryEnd(void **h) {
+  fprintf(stderr, "spy: end, %s handle\n", h == theirs ? "its" : "another");
+  ((void (*)(void **))next("__cudaRegisterFatBinaryEnd"))(h);
+}
+
+void __cudaRegisterFunction(void **h, const char *stub, char *fun, const char *name, int limit,
+                            void *tid, void *bid, void *block, void *grid, int *ws) {
+  fprintf(stderr, "spy: function %s, %s handle\n", name, h == theirs ? "its" : "another");
+  ((void (*)(void **, const char *, char *, const char *, int, void *, void *, void *, void *,
+             int *))next("__cudaRegisterFunction"))(h, stub, fun, name, limit, tid, bid, block,
+                                                     grid, ws);
+}
+
+void __cudaRegisterVar(void **h, char *var, char *address, const char *name, int ext,
+                       size_t size, int constant, int global) {
+  fprintf(stderr, "spy: variable %s (%zu bytes), %s handle\n", name, size,
+          h == theirs ? "its" : "another");
+  ((void (*)(void **, char *, char *, const char *, int, size_t, int, int))next(
+      "__cudaRegisterVar"))(h, var, address, name, ext, size, constant, global);
+}
+
+void __cudaUnregisterFatBinary(void **h) {
+  fprintf(stderr, "spy: unregister, %s handle\n", h == theirs ? "its" : "another");
+  ((void (*)(void **))next("__cudaUnregisterFatBinary"))(h);
+}
