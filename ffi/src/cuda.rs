@@ -92,7 +92,7 @@ pub extern "C" fn __cudaRegisterFatBinary(wrapper: *mut c_void) -> Handle {
         if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
             return;
         }
-        find_vendor();
+        crate::vendors();
         let Some(next) = REGISTER_FATBIN.address() else {
             return;
         };

@@ -65,7 +65,7 @@ pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
         if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
             return;
         }
-        find_vendor();
+        crate::vendors();
         let Some(next) = REGISTER_FATBIN.address() else {
             return;
         };

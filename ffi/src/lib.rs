@@ -14,7 +14,8 @@
 //! thread-safe, lock-free and fork-safe, and a library is revoked before its
 //! object is unmapped, without waiting on the dynamic loader (see
 //! `loader_lock` for the rule, and `library`). Launching kernels is out of
-//! scope.
+//! scope: the vendor runtime's, where one is linked after this library
+//! (`vendor`: each registration is handed on to it).
 //!
 //! ## Layout
 //!
@@ -24,7 +25,9 @@
 //! registration, lock-free), `objects` (pinned objects) → `library` (a
 //! library's memory and what a reader may do with it) → `registry` (the
 //! index, under the lock) → `info` (messages), `runtime` (detection, driver
-//! loads and unloads) → the C entry points `hip`, `cuda`, `omp`, `query`.
+//! loads and unloads), `vendor` (the vendor runtimes' hooks this library
+//! hands registrations on to) → the C entry points `hip`, `cuda`, `omp`,
+//! `query`.
 
 mod abi;
 mod cuda;
@@ -46,6 +49,15 @@ mod vendor;
 
 pub(crate) use abi::{guard, set_last_error};
 
+/// Looks up the vendor runtimes' hooks, the first time ([`vendor`]).
+pub(crate) fn vendors() {
+    vendor::look_up_once(|| {
+        omp::find_vendor();
+        hip::find_vendor();
+        cuda::find_vendor();
+    });
+}
+
 /// Runs when the library is loaded, before any registration: resolves what
 /// registration needs from the dynamic loader now, under the loader's lock
 /// that loading holds anyway, rather than later on a thread another may fork
@@ -58,9 +70,7 @@ extern "C" fn on_load() {
         process::prepare_locate();
         registry::install_fork_handlers();
         offload_detect::install_fork_handlers();
-        omp::find_vendor();
-        hip::find_vendor();
-        cuda::find_vendor();
+        vendors();
     });
 }
 

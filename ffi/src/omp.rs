@@ -94,7 +94,7 @@ pub extern "C" fn __tgt_register_lib(desc: *mut c_void) {
                 None
             }
         };
-        find_vendor();
+        crate::vendors();
         match order {
             Some(order) if REGISTER.found() => reordered(desc, &order),
             _ => desc,
@@ -295,7 +295,7 @@ pub extern "C" fn __tgt_register_requires(flags: i64) {
     guard((), || {
         registry::with(|r| r.requires |= flags);
         tracing::debug!(flags, "__tgt_register_requires");
-        find_vendor();
+        crate::vendors();
         REQUIRES.call_i64(flags);
     })
 }
@@ -308,7 +308,7 @@ pub extern "C" fn __tgt_register_requires(flags: i64) {
 #[no_mangle]
 pub extern "C" fn __tgt_init_all_rtls() {
     guard((), || {
-        find_vendor();
+        crate::vendors();
         INIT_ALL.call();
     })
 }

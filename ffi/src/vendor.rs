@@ -7,17 +7,30 @@
 //! The next definition is the one `dlsym(RTLD_NEXT, name)` finds from this
 //! library: the vendor's when the program was linked with this library
 //! first, as `clang -fopenmp … -loffload_loader` links it (clang appends
-//! `-lomp -lomptarget` after the user's libraries) and `clang -x hip …
-//! -loffload_loader` (clang appends `-lamdhip64`). Looked up when this
-//! library is loaded (under the loader's lock that loading holds anyway),
-//! and again by a hook that finds none, outside every lock of this library
-//! (rule 3 of [`crate::loader_lock`]): a vendor runtime `dlopen`ed later is
-//! found by the next registration.
+//! `-lomp -lomptarget` after the user's libraries), `clang -x hip …
+//! -loffload_loader` (clang appends `-lamdhip64`) and `nvcc -cudart shared
+//! … -loffload_loader` (nvcc appends `-lcudart`). Looked up once, when this
+//! library is loaded (under the loader's lock that loading holds anyway:
+//! every library the program was linked with is mapped by then), or by the
+//! first hook called if that constructor did not run: registration, which
+//! a program's start-up makes hundreds of times, then costs one load.
 
 use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::loader_lock;
+
+/// Whether the hooks were looked up.
+static LOOKED_UP: AtomicBool = AtomicBool::new(false);
+
+/// Runs `find` (which resolves every hook) the first time; two threads
+/// that race both run it, to the same result.
+pub(crate) fn look_up_once(find: fn()) {
+    if !LOOKED_UP.load(Ordering::Acquire) {
+        find();
+        LOOKED_UP.store(true, Ordering::Release);
+    }
+}
 
 /// A hook's next definition.
 pub(crate) struct Next {
@@ -34,9 +47,9 @@ impl Next {
         }
     }
 
-    /// Looks the definition up unless one was found; `ours` is this
-    /// library's own definition, which is never the next one (a second copy
-    /// of this library, static and shared, finds the first).
+    /// Looks the definition up unless one was found (see [`look_up_once`]);
+    /// `ours` is this library's own definition, which is never the next one
+    /// (a second copy of this library, static and shared, finds the first).
     pub(crate) fn resolve(&self, ours: usize) {
         if self.address.load(Ordering::Acquire) != 0 {
             return;
