@@ -87,15 +87,25 @@ const CUDA_ERROR_MISSING_CONFIGURATION: c_int = 52;
 #[no_mangle]
 pub extern "C" fn __cudaRegisterFatBinary(wrapper: *mut c_void) -> Handle {
     let handle = crate::hip::register_wrapper(wrapper as usize, Runtime::Cuda, WrapperKind::Cuda);
+    // Two atomic loads when no libcudart is there: registration stays cheap.
+    crate::vendors();
+    if let Some(next) = REGISTER_FATBIN.address() {
+        hand_over(wrapper, handle, next);
+    }
+    handle
+}
+
+/// Hands the fat binary `wrapper` that this library registered as `handle`
+/// on to libcudart's `__cudaRegisterFatBinary` at `next`, and keeps the
+/// handle libcudart returns for the calls that follow.
+#[cold]
+#[inline(never)]
+fn hand_over(wrapper: *mut c_void, handle: Handle, next: usize) {
     guard((), || {
         // Only what this library could register (see `hip`).
         if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
             return;
         }
-        crate::vendors();
-        let Some(next) = REGISTER_FATBIN.address() else {
-            return;
-        };
         // SAFETY: libcudart's `void **__cudaRegisterFatBinary(void *)`.
         let register: unsafe extern "C" fn(*mut c_void) -> Handle =
             unsafe { std::mem::transmute(next) };
@@ -103,7 +113,6 @@ pub extern "C" fn __cudaRegisterFatBinary(wrapper: *mut c_void) -> Handle {
         let theirs = unsafe { register(wrapper) };
         registry::with(|r| r.vendor_handles.insert(handle as usize, theirs as usize));
     });
-    handle
 }
 
 /// Called once the fat binary's kernels and variables are registered: nothing

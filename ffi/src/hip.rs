@@ -59,16 +59,26 @@ pub(crate) type Handle = *mut *mut c_void;
 #[no_mangle]
 pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
     let handle = register_wrapper(wrapper as usize, Runtime::Hip, WrapperKind::Hip);
+    // Two atomic loads when no libamdhip64 is there: registration stays cheap.
+    crate::vendors();
+    if let Some(next) = REGISTER_FATBIN.address() {
+        hand_over(wrapper, handle, next);
+    }
+    handle
+}
+
+/// Hands the fat binary `wrapper` that this library registered as `handle`
+/// on to libamdhip64's `__hipRegisterFatBinary` at `next`, and keeps the
+/// handle libamdhip64 returns for the calls that follow.
+#[cold]
+#[inline(never)]
+fn hand_over(wrapper: *const c_void, handle: Handle, next: usize) {
     guard((), || {
         // Only what this library could register: a wrapper it could not
         // read would crash libamdhip64 (a null one does).
         if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
             return;
         }
-        crate::vendors();
-        let Some(next) = REGISTER_FATBIN.address() else {
-            return;
-        };
         // SAFETY: libamdhip64's `void **__hipRegisterFatBinary(const void *)`
         // (clr hip_platform.cpp), called with the program's own wrapper.
         let register: unsafe extern "C" fn(*const c_void) -> Handle =
@@ -77,7 +87,6 @@ pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
         let theirs = unsafe { register(wrapper) };
         registry::with(|r| r.vendor_handles.insert(handle as usize, theirs as usize));
     });
-    handle
 }
 
 /// Registers the fat binary behind a `kind` wrapper at `wrapper` for

@@ -50,6 +50,7 @@ mod vendor;
 pub(crate) use abi::{guard, set_last_error};
 
 /// Looks up the vendor runtimes' hooks, the first time ([`vendor`]).
+#[inline]
 pub(crate) fn vendors() {
     vendor::look_up_once(|| {
         omp::find_vendor();

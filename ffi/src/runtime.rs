@@ -13,7 +13,7 @@
 //! for the loader's lock the constructor holds. At exit ([`at_exit`]) what
 //! no query did is done.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use offload_detect::{Detection, Device, LoadedImage, Vendors};
@@ -38,8 +38,11 @@ static RETIRED: Stack<Arc<Library>> = Stack::new();
 /// Under `OFFLOAD_LOADER_INFO`: libraries unregistered before any device
 /// was known, copied out to be reported at exit ([`at_exit`]).
 static UNREPORTED: Stack<Snapshot> = Stack::new();
-/// Whether [`at_exit`] is installed.
-static AT_EXIT: AtomicBool = AtomicBool::new(false);
+/// Whether [`at_exit`] is installed: not decided yet, not wanted, installed.
+static AT_EXIT: AtomicU8 = AtomicU8::new(AT_EXIT_UNDECIDED);
+const AT_EXIT_UNDECIDED: u8 = 0;
+const AT_EXIT_UNWANTED: u8 = 1;
+const AT_EXIT_INSTALLED: u8 = 2;
 
 static EAGER_ON: OnceBool = OnceBool::new();
 
@@ -114,7 +117,19 @@ pub(crate) fn registered(id: usize) {
     if eager() {
         EAGER.push(id);
     }
-    if (eager() || info::enabled()) && !AT_EXIT.swap(true, Ordering::AcqRel) {
+    // One load on the path every registration takes, once decided.
+    if AT_EXIT.load(Ordering::Relaxed) == AT_EXIT_UNDECIDED {
+        install_at_exit();
+    }
+}
+
+/// Installs [`at_exit`] if `OFFLOAD_LOADER_EAGER` or `OFFLOAD_LOADER_INFO`
+/// asks for it, once; else records that nothing is to be done.
+#[cold]
+fn install_at_exit() {
+    if !(eager() || info::enabled()) {
+        AT_EXIT.store(AT_EXIT_UNWANTED, Ordering::Relaxed);
+    } else if AT_EXIT.swap(AT_EXIT_INSTALLED, Ordering::AcqRel) != AT_EXIT_INSTALLED {
         // SAFETY: registers a function of this library, which is never
         // unloaded before exit (`-z nodelete`, see build.rs) or is linked
         // into the program; `atexit` takes no lock of the loader's.

@@ -25,6 +25,7 @@ static LOOKED_UP: AtomicBool = AtomicBool::new(false);
 
 /// Runs `find` (which resolves every hook) the first time; two threads
 /// that race both run it, to the same result.
+#[inline]
 pub(crate) fn look_up_once(find: fn()) {
     if !LOOKED_UP.load(Ordering::Acquire) {
         find();
@@ -69,6 +70,7 @@ impl Next {
     }
 
     /// The definition found, if any.
+    #[inline]
     pub(crate) fn address(&self) -> Option<usize> {
         Some(self.address.load(Ordering::Acquire)).filter(|&a| a != 0)
     }
