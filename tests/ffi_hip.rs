@@ -648,10 +648,3 @@ fn managed_variables_have_their_initial_value_on_the_host() {
         assert!(copy.ends_with(&format!(" 8 {host}")), "{driver:?}: {calls}");
     }
 }
-
-/// The first line of `text` starting with `prefix`.
-fn line<'t>(text: &'t str, prefix: &str) -> &'t str {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no line `{prefix}…` in:\n{text}"))
-}

@@ -209,13 +209,6 @@ fn libomptarget() -> Option<std::path::PathBuf> {
     }
 }
 
-/// The first line of `text` starting with `prefix`.
-fn line<'t>(text: &'t str, prefix: &str) -> &'t str {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no line `{prefix}…` in:\n{text}"))
-}
-
 /// An OpenMP program with `target`, `target data`, `target update`, a
 /// `declare mapper` and `omp_target_alloc`, linked as clang links it with
 /// the library first (`-loffload_loader`, then clang's `-lomp

@@ -36,7 +36,7 @@ use crate::registry::{self, HandleState};
 use crate::runtime;
 use crate::slots::Runtime;
 use crate::vendor::Next;
-use crate::{guard, set_last_error};
+use crate::{guard, handover, set_last_error};
 
 /// libcudart's hooks, where it is in the process after this library.
 static REGISTER_FATBIN: Next = Next::new(c"__cudaRegisterFatBinary");
@@ -66,14 +66,6 @@ pub(crate) fn find_vendor() {
     LAUNCH_KERNEL.resolve(__cudaLaunchKernel as *const () as usize);
 }
 
-/// libcudart's hook `next` with the handle it returned for the fat binary
-/// of this library's `handle`, when both are there.
-fn handed(next: &Next, handle: Handle) -> Option<(usize, Handle)> {
-    let address = next.address()?;
-    let theirs = registry::with(|r| r.vendor_handles.get(&(handle as usize)).copied())?;
-    Some((address, theirs as Handle))
-}
-
 /// `cudaErrorInvalidDeviceFunction`: no kernel registered for a host stub.
 const CUDA_ERROR_INVALID_DEVICE_FUNCTION: c_int = 98;
 /// `cudaErrorNotSupported`.
@@ -90,29 +82,9 @@ pub extern "C" fn __cudaRegisterFatBinary(wrapper: *mut c_void) -> Handle {
     // Two atomic loads when no libcudart is there: registration stays cheap.
     crate::vendors();
     if let Some(next) = REGISTER_FATBIN.address() {
-        hand_over(wrapper, handle, next);
+        handover::register(wrapper, handle, next);
     }
     handle
-}
-
-/// Hands the fat binary `wrapper` that this library registered as `handle`
-/// on to libcudart's `__cudaRegisterFatBinary` at `next`, and keeps the
-/// handle libcudart returns for the calls that follow.
-#[cold]
-#[inline(never)]
-fn hand_over(wrapper: *mut c_void, handle: Handle, next: usize) {
-    guard((), || {
-        // Only what this library could register (see `hip`).
-        if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
-            return;
-        }
-        // SAFETY: libcudart's `void **__cudaRegisterFatBinary(void *)`.
-        let register: unsafe extern "C" fn(*mut c_void) -> Handle =
-            unsafe { std::mem::transmute(next) };
-        // SAFETY: as the program would have called it.
-        let theirs = unsafe { register(wrapper) };
-        registry::with(|r| r.vendor_handles.insert(handle as usize, theirs as usize));
-    });
 }
 
 /// Called once the fat binary's kernels and variables are registered: nothing
@@ -121,7 +93,7 @@ fn hand_over(wrapper: *mut c_void, handle: Handle, next: usize) {
 #[no_mangle]
 pub extern "C" fn __cudaRegisterFatBinaryEnd(handle: Handle) {
     guard((), || {
-        if let Some((next, theirs)) = handed(&REGISTER_FATBIN_END, handle) {
+        if let Some((next, theirs)) = handover::handed(&REGISTER_FATBIN_END, handle as _) {
             // SAFETY: libcudart's `void __cudaRegisterFatBinaryEnd(void **)`,
             // with its own handle.
             let end: unsafe extern "C" fn(Handle) = unsafe { std::mem::transmute(next) };
@@ -142,7 +114,7 @@ pub extern "C" fn __cudaRegisterFatBinaryEnd(handle: Handle) {
 /// devices (the loader-lock rule).
 #[no_mangle]
 pub extern "C" fn __cudaInitModule(handle: Handle) -> c_char {
-    if let Some((next, theirs)) = guard(None, || handed(&INIT_MODULE, handle)) {
+    if let Some((next, theirs)) = guard(None, || handover::handed(&INIT_MODULE, handle as _)) {
         // SAFETY: libcudart's `char __cudaInitModule(void **)`: it loads the
         // module and places the managed variables, with its own handle.
         let init: unsafe extern "C" fn(Handle) -> c_char = unsafe { std::mem::transmute(next) };
@@ -166,15 +138,7 @@ pub extern "C" fn __cudaInitModule(handle: Handle) -> c_char {
 #[no_mangle]
 pub extern "C" fn __cudaUnregisterFatBinary(handle: Handle) {
     crate::hip::unregister_handle(handle, "__cudaUnregisterFatBinary");
-    guard((), || {
-        let theirs = registry::with(|r| r.vendor_handles.remove(&(handle as usize)));
-        if let (Some(theirs), Some(next)) = (theirs, UNREGISTER_FATBIN.address()) {
-            // SAFETY: libcudart's `void __cudaUnregisterFatBinary(void **)`.
-            let unregister: unsafe extern "C" fn(Handle) = unsafe { std::mem::transmute(next) };
-            // SAFETY: with the handle it returned for this fat binary.
-            unsafe { unregister(theirs as Handle) };
-        }
-    })
+    handover::unregister(handle, &UNREGISTER_FATBIN);
 }
 
 /// Registers kernel `device_name`, launched from host stub `host_fun`.
@@ -200,36 +164,19 @@ pub extern "C" fn __cudaRegisterFunction(
             device_fun,
             SymbolKind::Kernel,
         );
-        if let Some((next, theirs)) = handed(&REGISTER_FUNCTION, handle).filter(|_| recorded) {
-            type Hook = unsafe extern "C" fn(
-                Handle,
-                *const c_char,
-                *mut c_char,
-                *const c_char,
-                c_int,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_int,
-            );
-            // SAFETY: libcudart's `__cudaRegisterFunction`, of this signature.
-            let hook: Hook = unsafe { std::mem::transmute(next) };
-            // SAFETY: the program's arguments, with libcudart's handle.
-            unsafe {
-                hook(
-                    theirs,
-                    host_fun,
-                    device_fun,
-                    device_name,
-                    thread_limit,
-                    tid,
-                    bid,
-                    block_dim,
-                    grid_dim,
-                    warp_size,
-                )
+        if recorded {
+            let f = handover::Function {
+                host: host_fun.cast(),
+                device: device_fun,
+                name: device_name,
+                thread_limit,
+                tid,
+                bid,
+                block: block_dim,
+                grid: grid_dim,
+                warp_size,
             };
+            handover::function(&REGISTER_FUNCTION, handle, f);
         }
     })
 }
@@ -247,42 +194,21 @@ pub extern "C" fn __cudaRegisterVar(
     constant: c_int,
     global: c_int,
 ) {
-    guard((), || {
-        let recorded = crate::hip::add(
-            handle as *const c_void,
-            host_var as *const c_void,
-            device_name,
-            device_address,
-            SymbolKind::Variable { size: size as u64 },
-        );
-        if let Some((next, theirs)) = handed(&REGISTER_VAR, handle).filter(|_| recorded) {
-            type Hook = unsafe extern "C" fn(
-                Handle,
-                *mut c_char,
-                *mut c_char,
-                *const c_char,
-                c_int,
-                usize,
-                c_int,
-                c_int,
-            );
-            // SAFETY: libcudart's `__cudaRegisterVar`, of this signature.
-            let hook: Hook = unsafe { std::mem::transmute(next) };
-            // SAFETY: the program's arguments, with libcudart's handle.
-            unsafe {
-                hook(
-                    theirs,
-                    host_var,
-                    device_address,
-                    device_name,
-                    ext,
-                    size,
-                    constant,
-                    global,
-                )
-            };
-        }
-    })
+    let v = handover::Variable {
+        host: host_var.cast(),
+        device: device_address,
+        name: device_name,
+        ext,
+        size,
+        constant,
+        global,
+    };
+    register_variable(
+        handle,
+        v,
+        SymbolKind::Variable { size: size as u64 },
+        &REGISTER_VAR,
+    )
 }
 
 /// Registers managed variable `device_name` of `size` bytes: nvcc's host
@@ -301,40 +227,25 @@ pub extern "C" fn __cudaRegisterManagedVar(
     constant: c_int,
     global: c_int,
 ) {
+    let v = handover::Variable {
+        host: host_var_ptr.cast(),
+        device: device_address,
+        name: device_name,
+        ext,
+        size,
+        constant,
+        global,
+    };
+    let kind = SymbolKind::CudaManaged { size: size as u64 };
+    register_variable(handle, v, kind, &REGISTER_MANAGED_VAR)
+}
+
+/// Records variable `v` as `kind`, then hands it on to libcudart's `next`.
+fn register_variable(handle: Handle, v: handover::Variable, kind: SymbolKind, next: &Next) {
     guard((), || {
-        let recorded = crate::hip::add(
-            handle as *const c_void,
-            host_var_ptr as *const c_void,
-            device_name,
-            device_address,
-            SymbolKind::CudaManaged { size: size as u64 },
-        );
-        if let Some((next, theirs)) = handed(&REGISTER_MANAGED_VAR, handle).filter(|_| recorded) {
-            type Hook = unsafe extern "C" fn(
-                Handle,
-                *mut *mut c_void,
-                *mut c_char,
-                *const c_char,
-                c_int,
-                usize,
-                c_int,
-                c_int,
-            );
-            // SAFETY: libcudart's `__cudaRegisterManagedVar`, of this signature.
-            let hook: Hook = unsafe { std::mem::transmute(next) };
-            // SAFETY: the program's arguments, with libcudart's handle.
-            unsafe {
-                hook(
-                    theirs,
-                    host_var_ptr,
-                    device_address,
-                    device_name,
-                    ext,
-                    size,
-                    constant,
-                    global,
-                )
-            };
+        let recorded = crate::hip::add(handle as *const c_void, v.host, v.name, v.device, kind);
+        if recorded {
+            handover::variable(next, handle, v);
         }
     })
 }

@@ -19,7 +19,7 @@ use crate::process;
 use crate::registry::{self, HandleState};
 use crate::slots::{Fatbin, Runtime};
 use crate::vendor::Next;
-use crate::{guard, info, runtime, set_last_error};
+use crate::{guard, handover, info, runtime, set_last_error};
 
 /// libamdhip64's hooks, where it is in the process after this library.
 static REGISTER_FATBIN: Next = Next::new(c"__hipRegisterFatBinary");
@@ -41,12 +41,6 @@ pub(crate) fn find_vendor() {
     REGISTER_TEXTURE.resolve(__hipRegisterTexture as *const () as usize);
 }
 
-/// The handle libamdhip64 returned for the fat binary of this library's
-/// `handle`, if it was handed one.
-fn vendor_handle(handle: *const c_void) -> Option<usize> {
-    registry::with(|r| r.vendor_handles.get(&(handle as usize)).copied())
-}
-
 /// The handle clang stores in `__hip_gpubin_handle` and passes back: an
 /// opaque token the registry issued (never dereferenced, by clang or here),
 /// checked against the tokens issued and not yet released.
@@ -62,31 +56,9 @@ pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
     // Two atomic loads when no libamdhip64 is there: registration stays cheap.
     crate::vendors();
     if let Some(next) = REGISTER_FATBIN.address() {
-        hand_over(wrapper, handle, next);
+        handover::register(wrapper, handle, next);
     }
     handle
-}
-
-/// Hands the fat binary `wrapper` that this library registered as `handle`
-/// on to libamdhip64's `__hipRegisterFatBinary` at `next`, and keeps the
-/// handle libamdhip64 returns for the calls that follow.
-#[cold]
-#[inline(never)]
-fn hand_over(wrapper: *const c_void, handle: Handle, next: usize) {
-    guard((), || {
-        // Only what this library could register: a wrapper it could not
-        // read would crash libamdhip64 (a null one does).
-        if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
-            return;
-        }
-        // SAFETY: libamdhip64's `void **__hipRegisterFatBinary(const void *)`
-        // (clr hip_platform.cpp), called with the program's own wrapper.
-        let register: unsafe extern "C" fn(*const c_void) -> Handle =
-            unsafe { std::mem::transmute(next) };
-        // SAFETY: as the program would have called it.
-        let theirs = unsafe { register(wrapper) };
-        registry::with(|r| r.vendor_handles.insert(handle as usize, theirs as usize));
-    });
 }
 
 /// Registers the fat binary behind a `kind` wrapper at `wrapper` for
@@ -156,15 +128,7 @@ fn locate_fatbin(
 #[no_mangle]
 pub extern "C" fn __hipUnregisterFatBinary(handle: Handle) {
     unregister_handle(handle, "__hipUnregisterFatBinary");
-    guard((), || {
-        let theirs = registry::with(|r| r.vendor_handles.remove(&(handle as usize)));
-        if let (Some(theirs), Some(next)) = (theirs, UNREGISTER_FATBIN.address()) {
-            // SAFETY: libamdhip64's `void __hipUnregisterFatBinary(void **)`.
-            let unregister: unsafe extern "C" fn(Handle) = unsafe { std::mem::transmute(next) };
-            // SAFETY: with the handle it returned for this fat binary.
-            unsafe { unregister(theirs as Handle) };
-        }
-    })
+    handover::unregister(handle, &UNREGISTER_FATBIN);
 }
 
 /// Releases `handle` and unregisters its library, for `caller` (HIP's and,
@@ -250,40 +214,19 @@ pub extern "C" fn __hipRegisterFunction(
             name,
             SymbolKind::Kernel,
         );
-        if let Some((next, theirs)) = REGISTER_FUNCTION
-            .address()
-            .filter(|_| recorded)
-            .and_then(|next| Some((next, vendor_handle(handle as _)?)))
-        {
-            type Hook = unsafe extern "C" fn(
-                Handle,
-                *const c_void,
-                *mut c_char,
-                *const c_char,
-                c_int,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_void,
-                *mut c_int,
-            );
-            // SAFETY: libamdhip64's `__hipRegisterFunction`, of this signature.
-            let hook: Hook = unsafe { std::mem::transmute(next) };
-            // SAFETY: the program's arguments, with libamdhip64's handle.
-            unsafe {
-                hook(
-                    theirs as Handle,
-                    host_stub,
-                    dev_name,
-                    name,
-                    thread_limit,
-                    tid,
-                    bid,
-                    block_dim,
-                    grid_dim,
-                    warp_size,
-                )
+        if recorded {
+            let f = handover::Function {
+                host: host_stub,
+                device: dev_name,
+                name,
+                thread_limit,
+                tid,
+                bid,
+                block: block_dim,
+                grid: grid_dim,
+                warp_size,
             };
+            handover::function(&REGISTER_FUNCTION, handle, f);
         }
         0
     })
@@ -310,36 +253,17 @@ pub extern "C" fn __hipRegisterVar(
             name,
             SymbolKind::Variable { size: size as u64 },
         );
-        if let Some((next, theirs)) = REGISTER_VAR
-            .address()
-            .filter(|_| recorded)
-            .and_then(|next| Some((next, vendor_handle(handle as _)?)))
-        {
-            type Hook = unsafe extern "C" fn(
-                Handle,
-                *mut c_void,
-                *mut c_char,
-                *const c_char,
-                c_int,
-                usize,
-                c_int,
-                c_int,
-            );
-            // SAFETY: libamdhip64's `__hipRegisterVar`, of this signature.
-            let hook: Hook = unsafe { std::mem::transmute(next) };
-            // SAFETY: the program's arguments, with libamdhip64's handle.
-            unsafe {
-                hook(
-                    theirs as Handle,
-                    host_var,
-                    dev_name,
-                    name,
-                    ext,
-                    size,
-                    constant,
-                    global,
-                )
+        if recorded {
+            let v = handover::Variable {
+                host: host_var,
+                device: dev_name,
+                name,
+                ext,
+                size,
+                constant,
+                global,
             };
+            handover::variable(&REGISTER_VAR, handle, v);
         }
     })
 }
@@ -397,10 +321,8 @@ pub extern "C" fn __hipRegisterManagedVar(
             name,
             SymbolKind::Managed { size: size as u64 },
         );
-        if let Some((next, theirs)) = REGISTER_MANAGED_VAR
-            .address()
-            .filter(|_| recorded)
-            .and_then(|next| Some((next, vendor_handle(handle)?)))
+        if let Some((next, theirs)) =
+            handover::handed(&REGISTER_MANAGED_VAR, handle as _).filter(|_| recorded)
         {
             type Hook = unsafe extern "C" fn(
                 *mut c_void,
@@ -446,10 +368,8 @@ pub extern "C" fn __hipRegisterSurface(
             name,
             SymbolKind::Surface,
         );
-        if let Some((next, theirs)) = REGISTER_SURFACE
-            .address()
-            .filter(|_| recorded)
-            .and_then(|next| Some((next, vendor_handle(handle as _)?)))
+        if let Some((next, theirs)) =
+            handover::handed(&REGISTER_SURFACE, handle as _).filter(|_| recorded)
         {
             type Hook =
                 unsafe extern "C" fn(Handle, *mut c_void, *mut c_char, *const c_char, c_int, c_int);
@@ -481,10 +401,8 @@ pub extern "C" fn __hipRegisterTexture(
             name,
             SymbolKind::Texture,
         );
-        if let Some((next, theirs)) = REGISTER_TEXTURE
-            .address()
-            .filter(|_| recorded)
-            .and_then(|next| Some((next, vendor_handle(handle as _)?)))
+        if let Some((next, theirs)) =
+            handover::handed(&REGISTER_TEXTURE, handle as _).filter(|_| recorded)
         {
             type Hook = unsafe extern "C" fn(
                 Handle,

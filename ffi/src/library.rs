@@ -358,13 +358,7 @@ impl Reading<'_> {
     /// The selection for each of `devices`, made through
     /// [`offload_loader::select()`], the function `offload-probe` calls.
     pub(crate) fn select_all(&self, devices: &[Device]) -> Vec<Selection> {
-        let policy = Policy {
-            offload_kind: Some(self.lib.runtime.offload_kind()),
-        };
-        devices
-            .iter()
-            .map(|d| select(&d.target, self, &policy))
-            .collect()
+        select_all(self, self.lib.runtime, devices)
     }
 
     /// The bytes of image `index`, borrowed from the process's memory or
@@ -490,13 +484,7 @@ impl Snapshot {
 
     /// The selection for each of `devices`, as [`Reading::select_all`] makes it.
     pub(crate) fn select_all(&self, devices: &[Device]) -> Vec<Selection> {
-        let policy = Policy {
-            offload_kind: Some(self.runtime.offload_kind()),
-        };
-        devices
-            .iter()
-            .map(|d| select(&d.target, self, &policy))
-            .collect()
+        select_all(self, self.runtime, devices)
     }
 
     /// What to say about `selections`, as [`Reading::report`] says it.
@@ -515,6 +503,19 @@ impl Snapshot {
             info,
         )
     }
+}
+
+/// The selection for each of `devices` among `source`'s images of
+/// `runtime`'s kind, made through [`offload_loader::select()`], the
+/// function `offload-probe` calls.
+fn select_all<S: ImageSource>(source: &S, runtime: Runtime, devices: &[Device]) -> Vec<Selection> {
+    let policy = Policy {
+        offload_kind: Some(runtime.offload_kind()),
+    };
+    devices
+        .iter()
+        .map(|d| select(&d.target, source, &policy))
+        .collect()
 }
 
 /// HIP's "no binary for GPU" for `device` (the target `target`) of the

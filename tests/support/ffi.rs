@@ -115,6 +115,14 @@ pub fn lines(text: &str, prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// The first line of `text` that starts with `prefix` (a panic naming it
+/// when there is none).
+pub fn line<'t>(text: &'t str, prefix: &str) -> &'t str {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line `{prefix}…` in:\n{text}"))
+}
+
 /// The one source of a [`LinkedProgram`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
