@@ -354,3 +354,24 @@ fn target_of_flags(flags: &str) -> String {
         setting((flags >> 8) & 3, "xnack")
     )
 }
+
+/// `OFFLOAD_LOADER_INFO` at exit for an OpenMP program linked through the
+/// shim (this library standing in for libomptarget) that asks it nothing:
+/// the exit handler runs because the library's object is never unloaded
+/// (`-z nodelete`), which it reads from the object's own dynamic section,
+/// whatever name the object was loaded by.
+#[test]
+fn info_at_exit_for_a_program_through_the_shim() {
+    let Some(e) = loader() else { return };
+    let exe = e.build(LinkedProgram::openmp(
+        &["gfx90a"],
+        "tests/programs/omp_quiet.c",
+    ));
+    let dir = scratch("omp-shim-exit");
+    let out = run_ok(&mut e.fake_driver(&exe, "gfx90a:sramecc+:xnack-", &dir.join("log")));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("device 0 gfx90a:sramecc+:xnack- loads [0] openmp-amdgcn-amd-amdhsa--gfx90a"),
+        "{err}"
+    );
+}

@@ -149,6 +149,13 @@ pub(crate) fn locate(addr: usize) -> Option<Located> {
     }
 }
 
+/// Whether the object that maps `addr` is never unloaded (the main program,
+/// or one linked `-z nodelete`); `None` when glibc's lock-free
+/// `_dl_find_object` cannot tell.
+pub(crate) fn stays(addr: usize) -> Option<bool> {
+    find_object::stays(addr)
+}
+
 /// [`locate`] without the walk: `Ok` with glibc's lock-free answer, or
 /// `Err(())` when only a walk (which takes the loader's lock) could answer.
 /// Safe to call with the registry's lock held.
@@ -243,6 +250,8 @@ mod find_object {
     struct LinkMap {
         l_addr: usize,
         l_name: *const libc::c_char,
+        /// The object's dynamic section, in memory.
+        l_ld: *const [u64; 2],
     }
 
     type FindObject = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> c_int;
@@ -298,6 +307,44 @@ mod find_object {
         let mut v = [0; 8];
         v.copy_from_slice(&b[at..at + 8]);
         u64::from_le_bytes(v)
+    }
+
+    /// Whether the object that maps `addr` is never unloaded: the main
+    /// program, or an object linked `-z nodelete` (`DF_1_NODELETE` in its
+    /// `DT_FLAGS_1`). `None` when glibc's `_dl_find_object` cannot tell.
+    pub(super) fn stays(addr: usize) -> Option<bool> {
+        const DT_NULL: u64 = 0;
+        const DT_FLAGS_1: u64 = 0x6fff_fffb;
+        const DF_1_NODELETE: u64 = 0x8;
+        let find = function()?;
+        // SAFETY: as in `locate`.
+        let mut result: DlFindObject = unsafe { std::mem::zeroed() };
+        // SAFETY: as in `locate`.
+        if unsafe { find(addr as *mut c_void, &mut result) } != 0 || result.link_map.is_null() {
+            return None;
+        }
+        if result.map_start == main_start() {
+            return Some(true);
+        }
+        // SAFETY: the object's live link map (as in `locate`).
+        let mut entry = unsafe { (*result.link_map).l_ld };
+        // The dynamic section ends at DT_NULL; no object has hundreds of
+        // entries, so the walk is bounded all the same.
+        for _ in 0..1024 {
+            if entry.is_null() {
+                return None;
+            }
+            // SAFETY: `l_ld` points to the loaded object's dynamic section,
+            // an array of (tag, value) pairs ending in DT_NULL, read up to it.
+            let [tag, value] = unsafe { entry.read() };
+            match tag {
+                DT_NULL => return Some(false),
+                DT_FLAGS_1 => return Some(value & DF_1_NODELETE != 0),
+                // SAFETY: the next pair, before DT_NULL is reached.
+                _ => entry = unsafe { entry.add(1) },
+            }
+        }
+        None
     }
 
     pub(super) fn locate(addr: usize) -> Answer {

@@ -172,21 +172,12 @@ extern "C" fn at_exit() {
     });
 }
 
-/// Whether this library's code lies in an object no `dlclose` unloads: the
-/// program itself, or `liboffload_loader.so` (linked `-z nodelete`), so
-/// that [`at_exit`] runs from `exit` and not from a `dlclose`.
+/// Whether this library's code lies in an object no `dlclose` unloads:
+/// the program itself, or one linked `-z nodelete`, as
+/// `liboffload_loader.so` is (build.rs), whatever name it was loaded by;
+/// then [`at_exit`] runs from `exit` and not from a `dlclose`.
 fn own_object_stays() -> bool {
-    let Some(located) = process::locate(at_exit as *const () as usize) else {
-        return false;
-    };
-    // SAFETY: the object holds this code, which is running: it is loaded.
-    let path = unsafe { located.object.path() };
-    let main = std::env::current_exe().ok();
-    main.as_deref() == Some(path.as_path())
-        || path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("liboffload_loader.so"))
+    process::stays(at_exit as *const () as usize) == Some(true)
 }
 
 /// Done first by every query: unloads the modules of libraries unregistered

@@ -498,8 +498,16 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
     }
 }
 
+/// The memory of one managed variable of a loaded module.
+struct Managed {
+    module: usize,
+    name: Vec<u8>,
+    address: usize,
+    size: usize,
+}
+
 /// Memory of managed variables, by module and name, never freed.
-static MANAGED: Mutex<Vec<(usize, Vec<u8>, usize, usize)>> = Mutex::new(Vec::new());
+static MANAGED: Mutex<Vec<Managed>> = Mutex::new(Vec::new());
 
 /// As the driver allocates managed memory, which the host reads and writes,
 /// for each `__managed__` variable of a module it loads (initialised from
@@ -508,11 +516,11 @@ static MANAGED: Mutex<Vec<(usize, Vec<u8>, usize, usize)>> = Mutex::new(Vec::new
 /// `st_other`, as nvcc writes it); the same memory every time.
 fn managed(module: usize, name: &[u8]) -> Option<(u64, usize)> {
     let mut managed = MANAGED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, _, at, size)) = managed
+    if let Some(m) = managed
         .iter()
-        .find(|(m, n, _, _)| *m == module && n == name)
+        .find(|m| m.module == module && m.name == name)
     {
-        return Some((*at as u64, *size));
+        return Some((m.address as u64, m.size));
     }
     let initial = {
         let modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
@@ -524,7 +532,12 @@ fn managed(module: usize, name: &[u8]) -> Option<(u64, usize)> {
         std::ptr::copy_nonoverlapping(initial.as_ptr(), memory.as_mut_ptr().cast(), initial.len())
     };
     let at = memory.as_ptr() as usize;
-    managed.push((module, name.to_vec(), at, initial.len()));
+    managed.push(Managed {
+        module,
+        name: name.to_vec(),
+        address: at,
+        size: initial.len(),
+    });
     Some((at as u64, initial.len()))
 }
 
