@@ -20,6 +20,8 @@
 mod abi;
 #[path = "../../ffi/src/error.rs"]
 mod error;
+#[path = "../../ffi/src/handover.rs"]
+mod handover;
 #[path = "../../ffi/src/hip.rs"]
 mod hip;
 #[path = "../../ffi/src/info.rs"]
@@ -46,8 +48,19 @@ mod runtime;
 mod slots;
 #[path = "../../ffi/src/stack.rs"]
 mod stack;
+#[path = "../../ffi/src/vendor.rs"]
+mod vendor;
 
 pub(crate) use abi::{guard, set_last_error};
+
+/// The library's `vendors()` for the runtimes compiled in here: the HIP
+/// and OpenMP hooks (no vendor runtime is in this process: none is found).
+fn vendors() {
+    vendor::look_up_once(|| {
+        omp::find_vendor();
+        hip::find_vendor();
+    });
+}
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr::{addr_of_mut, null, null_mut};
