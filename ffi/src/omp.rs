@@ -87,16 +87,16 @@ fn c_string(addr: u64) -> Option<String> {
 #[no_mangle]
 pub extern "C" fn __tgt_register_lib(desc: *mut c_void) {
     let handed = guard(desc, || {
-        let order = match register(desc as u64) {
-            Ok(order) => Some(order),
+        let registered = match register(desc as u64) {
+            Ok(registered) => Some(registered),
             Err(e) => {
                 info::warn(e.to_string());
                 None
             }
         };
         crate::vendors();
-        match order {
-            Some(order) if REGISTER.found() => reordered(desc, &order),
+        match registered {
+            Some(registered) if REGISTER.found() => reordered(desc, &registered),
             _ => desc,
         }
     });
@@ -105,25 +105,31 @@ pub extern "C" fn __tgt_register_lib(desc: *mut c_void) {
     })
 }
 
+/// What registration read of a descriptor that hand-over needs again.
+struct Registered {
+    /// The descriptor's 32 bytes.
+    descriptor: &'static [u8],
+    /// Its `__tgt_device_image` records.
+    table: &'static [u8],
+    /// The order of its images for libomptarget ([`offload_loader::preference`]).
+    order: Vec<usize>,
+}
+
 /// The descriptor to hand libomptarget for `desc`: `desc` itself when its
-/// images are already in `order`, else a copy with its image records in
-/// `order` (the images and entries they point to are the program's own).
-/// The copy is kept until the process ends: libomptarget keeps pointers to
-/// the descriptor and its records after unregistration.
-fn reordered(desc: *mut c_void, order: &[usize]) -> *mut c_void {
+/// images are already in their order, else a copy with its image records
+/// in that order (the images and entries they point to are the program's
+/// own). The copy is kept until the process ends: libomptarget keeps
+/// pointers to the descriptor and its records after unregistration.
+fn reordered(desc: *mut c_void, registered: &Registered) -> *mut c_void {
+    let Registered {
+        descriptor: bytes,
+        table,
+        order,
+    } = registered;
     if order.iter().enumerate().all(|(at, &i)| at == i) {
         return desc;
     }
     let copy = (|| {
-        let bytes = memory(desc as u64, 32, "__tgt_bin_desc").ok()?;
-        let descriptor = BinaryDescriptor::parse(bytes, MAX_IMAGES).ok()?;
-        let count = u64::from(descriptor.image_count);
-        let table = memory(
-            descriptor.images,
-            count * DEVICE_IMAGE_SIZE,
-            "__tgt_device_image array",
-        )
-        .ok()?;
         let record = |i: usize| -> Option<[u8; DEVICE_IMAGE_SIZE as usize]> {
             let at = i * DEVICE_IMAGE_SIZE as usize;
             table
@@ -134,7 +140,7 @@ fn reordered(desc: *mut c_void, order: &[usize]) -> *mut c_void {
         let records: Vec<[u8; DEVICE_IMAGE_SIZE as usize]> =
             order.iter().map(|&i| record(i)).collect::<Option<_>>()?;
         let records: &'static [[u8; DEVICE_IMAGE_SIZE as usize]] = Box::leak(records.into());
-        let mut copy: [u8; 32] = bytes.try_into().ok()?;
+        let mut copy: [u8; 32] = (*bytes).try_into().ok()?;
         copy[8..16].copy_from_slice(&(records.as_ptr() as u64).to_ne_bytes());
         Some(Box::leak(Box::new(Descriptor(copy))) as *mut Descriptor as *mut c_void)
     })();
@@ -151,8 +157,8 @@ fn reordered(desc: *mut c_void, order: &[usize]) -> *mut c_void {
 #[repr(C, align(8))]
 struct Descriptor([u8; 32]);
 
-/// Registers the descriptor; the order of its images for libomptarget.
-fn register(desc: u64) -> Result<Vec<usize>, RegistrationError> {
+/// Registers the descriptor; what hand-over needs of it.
+fn register(desc: u64) -> Result<Registered, RegistrationError> {
     let bytes = memory(desc, 32, "__tgt_bin_desc")?;
     let located = process::locate(desc as usize).ok_or(RegistrationError::NotLoaded {
         what: "__tgt_bin_desc",
@@ -263,7 +269,11 @@ fn register(desc: u64) -> Result<Vec<usize>, RegistrationError> {
             }
         }
     }
-    Ok(order)
+    Ok(Registered {
+        descriptor: bytes,
+        table,
+        order,
+    })
 }
 
 /// Unregisters a descriptor registered by `__tgt_register_lib`, then hands
