@@ -77,14 +77,19 @@ fn containers_in(report: &serde_json::Value, section: &str) -> Vec<(u64, u64)> {
 }
 
 /// Every `step`-th of `containers` (the first and the last always),
-/// extracted from `file` to a `.fatbin` file each.
-fn extracted(file: &Path, containers: &[(u64, u64)], step: usize) -> Vec<(u64, PathBuf)> {
+/// extracted from `file` to a `.fatbin` file each, in a scratch directory
+/// removed when the first of the pair is dropped.
+fn extracted(
+    file: &Path,
+    containers: &[(u64, u64)],
+    step: usize,
+) -> (TempPath, Vec<(u64, PathBuf)>) {
     let bytes = std::fs::read(file).unwrap();
-    let dir = std::mem::ManuallyDrop::new(temp_dir()).to_path_buf();
+    let dir = temp_dir();
     let mut picked: Vec<usize> = (0..containers.len()).step_by(step.max(1)).collect();
     picked.push(containers.len() - 1);
     picked.dedup();
-    picked
+    let files = picked
         .into_iter()
         .map(|i| {
             let (at, size) = containers[i];
@@ -92,7 +97,8 @@ fn extracted(file: &Path, containers: &[(u64, u64)], step: usize) -> Vec<(u64, P
             std::fs::write(&path, &bytes[at as usize..(at + size) as usize]).unwrap();
             (at, path)
         })
-        .collect()
+        .collect();
+    (dir, files)
 }
 
 /// (kind, arch) of each image the probe lists in the container at `at`,
@@ -186,7 +192,8 @@ fn containers_among_host_data_are_listed_as_cuobjdump_reads_them() {
         // cuobjdump does not look there; extracted to a file, each container
         // is one it reads, and it lists what the probe lists.
         let found = containers_in(&report, section);
-        for (at, fatbin) in extracted(&lib, &found, found.len() / 12) {
+        let (_dir, fatbins) = extracted(&lib, &found, found.len() / 12);
+        for (at, fatbin) in fatbins {
             let ours = listed_at(&report, at);
             let theirs = cuobjdump_listed(&cuda, &fatbin);
             assert_eq!(ours, theirs, "{wheel}/{name} container at {at:#x}");
@@ -328,7 +335,7 @@ fn slimmed_for_sm_90_they_shrink_and_keep_their_images_byte_for_byte() {
                 .as_str()
                 .map(String::from)
         };
-        let old_files = extracted(&lib, &old, old.len() / 6);
+        let (_old_dir, old_files) = extracted(&lib, &old, old.len() / 6);
         for (at, original) in old_files {
             let Some(target) = chosen(&before, at) else {
                 continue;
@@ -344,7 +351,7 @@ fn slimmed_for_sm_90_they_shrink_and_keep_their_images_byte_for_byte() {
                 Some(target.clone()),
                 "{wheel}/{name}"
             );
-            let slim = extracted(&result, &new[rank..=rank], 1);
+            let (_slim_dir, slim) = extracted(&result, &new[rank..=rank], 1);
             let keep = |files: Vec<(String, Vec<u8>)>| -> Vec<Vec<u8>> {
                 let arch = target.trim_start_matches("sm_");
                 files

@@ -31,10 +31,28 @@ fn slim(args: &[&str]) -> (i32, String) {
     )
 }
 
-/// `file` slimmed for `devices` into a fresh directory; the result's path.
-fn slimmed(file: &Path, devices: &[&str], extra: &[&str]) -> PathBuf {
+/// A slimmed file in its own scratch directory, removed with it.
+struct Slimmed {
+    path: PathBuf,
+    _dir: TempPath,
+}
+
+impl std::ops::Deref for Slimmed {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for Slimmed {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// `file` slimmed for `devices` into a fresh directory.
+fn slimmed(file: &Path, devices: &[&str], extra: &[&str]) -> Slimmed {
     let dir = temp_dir();
-    let dir = std::mem::ManuallyDrop::new(dir).to_path_buf();
     let mut args = vec![file.to_str().unwrap(), "--output", dir.to_str().unwrap()];
     for d in devices {
         args.extend(["--device", d]);
@@ -42,9 +60,9 @@ fn slimmed(file: &Path, devices: &[&str], extra: &[&str]) -> PathBuf {
     args.extend(extra);
     let (code, text) = slim(&args);
     assert_eq!(code, 0, "{text}");
-    let out = dir.join(file.file_name().unwrap());
-    assert!(out.is_file(), "nothing written: {text}");
-    out
+    let path = dir.join(file.file_name().unwrap());
+    assert!(path.is_file(), "nothing written: {text}");
+    Slimmed { path, _dir: dir }
 }
 
 /// `eu-elflint --gnu-ld` says "No errors" (where it does for the original).
@@ -263,7 +281,7 @@ fn objects_and_archives_still_link() {
         let mut link = Command::new(&e.tc.clang);
         if input == &lib {
             link.arg("-Wl,--whole-archive")
-                .arg(&out)
+                .arg(&*out)
                 .arg("-Wl,--no-whole-archive");
             let index = |t: String| -> Vec<String> {
                 t.lines()
@@ -273,7 +291,7 @@ fn objects_and_archives_still_link() {
             };
             assert_eq!(index(armap(&out)), index(armap(input)));
         } else {
-            link.arg(&out).arg(&stub_o);
+            link.arg(&*out).arg(&stub_o);
             elflint_clean(input, &out);
         }
         run_ok(
