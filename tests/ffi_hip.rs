@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use support::*;
@@ -568,13 +568,7 @@ fn beside_libamdhip64_registration_reaches_it() {
         return;
     }
     let dir = scratch("hip-beside");
-    let spy = dir.join("libhip_spy.so");
-    run_ok(
-        Command::new(&e.tc.clang)
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&spy)
-            .arg(program("hip_spy.c")),
-    );
+    let spy = hip_spy(&e, &dir);
     let program = || LinkedProgram::hip(&["gfx90a", "gfx1100"], "hip_launch.hip");
     let plain = e.build(program().without_loader());
     let beside = e.build(program());
@@ -598,6 +592,7 @@ fn beside_libamdhip64_registration_reaches_it() {
     assert_eq!(
         spied,
         [
+            "spy: bundle host-x86_64-unknown-linux-gnu- hipv4-amdgcn-amd-amdhsa--gfx1100 hipv4-amdgcn-amd-amdhsa--gfx90a",
             "spy: fat binary given, handle returned",
             "spy: function _Z1kPi, its handle",
             "spy: variable counter (4 bytes), its handle",
@@ -605,6 +600,91 @@ fn beside_libamdhip64_registration_reaches_it() {
         ],
         "{err}"
     );
+}
+
+/// `tests/programs/hip_spy.c` built as `libhip_spy.so` in `dir`.
+fn hip_spy(e: &Loader, dir: &Path) -> PathBuf {
+    let spy = dir.join("libhip_spy.so");
+    run_ok(
+        Command::new(&e.tc.clang)
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&spy)
+            .arg(program("hip_spy.c")),
+    );
+    spy
+}
+
+/// clang writes `gfx11-generic` before `gfx1100` in a bundle (ascending
+/// target IDs), and libamdhip64 5.2 gives a device the first compatible
+/// code object in table order: a gfx1100 would run the generic code.
+/// Handed on by this library, the bundle libamdhip64 gets (seen by a
+/// definition of the hooks between the two, which saves it) has
+/// `gfx1100` and `gfx90a` before `gfx11-generic`, compressed or not, and
+/// each code object in it is byte for byte the program's own, as LLVM 22's
+/// `clang-offload-bundler` unbundles both. The program prints what it
+/// prints without this library.
+#[test]
+fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
+    let Some(e) = loader() else { return };
+    if !Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so").exists() {
+        missing("libamdhip64", "libamdhip64-dev");
+        return;
+    }
+    let dir = scratch("hip-first-fit");
+    let spy = hip_spy(&e, &dir);
+    let gpus = [
+        "hipv4-amdgcn-amd-amdhsa--gfx11-generic",
+        "hipv4-amdgcn-amd-amdhsa--gfx1100",
+        "hipv4-amdgcn-amd-amdhsa--gfx90a",
+    ];
+    let expected = "count rc=100 (hipErrorNoDevice) n=0\nattributes rc=101 (hipErrorInvalidDevice)\nlaunch rc=101 (hipErrorInvalidDevice)\n";
+    for compress in [false, true] {
+        let mut program =
+            LinkedProgram::hip(&["gfx1100", "gfx11-generic", "gfx90a"], "hip_launch.hip");
+        if compress {
+            program = program.compress();
+        }
+        let spied = |program: LinkedProgram| {
+            let exe = e.build(program.link(&spy));
+            let saved = dir.join("handed.bundle");
+            let _ = std::fs::remove_file(&saved);
+            let out = run_ok(Command::new(&exe).env("SPY_BUNDLE", &saved));
+            assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{exe:?}");
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            (exe, line(&err, "spy: bundle").to_string(), saved)
+        };
+        // Without this library, the spy sees the program's own table
+        // (uncompressed only: libamdhip64 5.2 reads no other).
+        if !compress {
+            let (_, table, _) = spied(program.clone().without_loader());
+            let clang = format!(
+                "spy: bundle host-x86_64-unknown-linux-gnu- {}",
+                gpus.join(" ")
+            );
+            assert_eq!(table, clang);
+        }
+        let (exe, table, saved) = spied(program);
+        let handed = format!(
+            "spy: bundle host-x86_64-unknown-linux-gnu- {} {} {}",
+            gpus[1], gpus[2], gpus[0]
+        );
+        assert_eq!(table, handed, "compress {compress}");
+        let original = dir.join("original.bundle");
+        run_ok(
+            Command::new("objcopy")
+                .args(["-O", "binary", "--only-section=.hip_fatbin"])
+                .arg(&exe)
+                .arg(&original),
+        );
+        for id in gpus {
+            let ours = e.tc.unbundle(&saved, id).unwrap();
+            let theirs = e.tc.unbundle(&original, id).unwrap();
+            assert!(
+                !ours.is_empty() && ours == theirs,
+                "{id}, compress {compress}"
+            );
+        }
+    }
 }
 
 /// A `__managed__` variable, standalone (no libamdhip64 linked), from

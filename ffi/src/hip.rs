@@ -4,9 +4,11 @@
 //!
 //! Beside libamdhip64 ([`crate::vendor`]; clang's `-x hip` links it) each
 //! hook passes the call on after its own work: the fat binary's wrapper as
-//! the program gave it, and every later call with the handle libamdhip64
-//! returned for it in place of this library's, so that its launch and
-//! memory calls know the same kernels and variables.
+//! the program gave it (or, where libamdhip64's first fit would take
+//! another code object than this library's choice, a copy with the bundle
+//! reordered: [`crate::first_fit`]), and every later call with the handle
+//! libamdhip64 returned for it in place of this library's, so that its
+//! launch and memory calls know the same kernels and variables.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -19,7 +21,7 @@ use crate::process;
 use crate::registry::{self, HandleState};
 use crate::slots::{Fatbin, Runtime};
 use crate::vendor::Next;
-use crate::{guard, handover, info, runtime, set_last_error};
+use crate::{first_fit, guard, handover, info, runtime, set_last_error};
 
 /// libamdhip64's hooks, where it is in the process after this library.
 static REGISTER_FATBIN: Next = Next::new(c"__hipRegisterFatBinary");
@@ -56,7 +58,8 @@ pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
     // Two atomic loads when no libamdhip64 is there: registration stays cheap.
     crate::vendors();
     if let Some(next) = REGISTER_FATBIN.address() {
-        handover::register(wrapper, handle, next);
+        let handed = guard(wrapper, || first_fit::wrapper_for(wrapper, handle as usize));
+        handover::register(handed, handle, next);
     }
     handle
 }
@@ -129,6 +132,7 @@ fn locate_fatbin(
 pub extern "C" fn __hipUnregisterFatBinary(handle: Handle) {
     unregister_handle(handle, "__hipUnregisterFatBinary");
     handover::unregister(handle, &UNREGISTER_FATBIN);
+    guard((), || first_fit::release(handle as usize));
 }
 
 /// Releases `handle` and unregisters its library, for `caller` (HIP's and,

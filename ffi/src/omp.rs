@@ -6,9 +6,9 @@
 //! Beside libomptarget ([`crate::vendor`]) each hook passes the call on
 //! after its own work. libomptarget gives each device the first compatible
 //! image of the descriptor (LLVM 22 `PluginManager::registerLib`), so it is
-//! handed a copy whose image table is in [`offload_loader::preference`]
-//! order, where the first compatible image is the one this library selects;
-//! a descriptor already in that order is handed over as it is.
+//! handed a copy whose image table is in [`offload_loader::first_fit_order`],
+//! where the first compatible image is the one this library selects; a
+//! descriptor whose own order already gives that is handed over as it is.
 
 use std::ffi::{c_void, CStr};
 
@@ -111,8 +111,9 @@ struct Registered {
     descriptor: &'static [u8],
     /// Its `__tgt_device_image` records.
     table: &'static [u8],
-    /// The order of its images for libomptarget ([`offload_loader::preference`]).
-    order: Vec<usize>,
+    /// The order of its images for libomptarget
+    /// ([`offload_loader::first_fit_order`]); `None` for the table's own.
+    order: Option<Vec<usize>>,
 }
 
 /// The descriptor to hand libomptarget for `desc`: `desc` itself when its
@@ -126,9 +127,9 @@ fn reordered(desc: *mut c_void, registered: &Registered) -> *mut c_void {
         table,
         order,
     } = registered;
-    if order.iter().enumerate().all(|(at, &i)| at == i) {
+    let Some(order) = order else {
         return desc;
-    }
+    };
     let copy = (|| {
         let record = |i: usize| -> Option<[u8; DEVICE_IMAGE_SIZE as usize]> {
             let at = i * DEVICE_IMAGE_SIZE as usize;
@@ -215,7 +216,7 @@ fn register(desc: u64) -> Result<Registered, RegistrationError> {
         code.push(inner);
         images.push(image);
     }
-    let order = offload_loader::preference(&images);
+    let order = offload_loader::first_fit_order(&images);
     let vendors = images
         .iter()
         .filter_map(|image: &Image| image.triple.gpu_vendor())

@@ -101,6 +101,10 @@ pub(crate) struct Registry {
     /// vendor runtime (libamdhip64, libcudart) returned for the same fat
     /// binary (see `vendor`).
     pub vendor_handles: FastMap<usize, usize>,
+    /// HIP: this library's fat-binary handle → the wrapper and reordered
+    /// bundle handed to libamdhip64 in the program's place (see
+    /// `first_fit`).
+    pub reordered_bundles: FastMap<usize, Vec<u64>>,
     /// AOMP image infos waiting for the next descriptor: image number → target ID.
     pub image_info: Vec<(i32, String)>,
     /// Requirement flags from `__tgt_register_requires`.

@@ -20,6 +20,8 @@
 mod abi;
 #[path = "../../ffi/src/error.rs"]
 mod error;
+#[path = "../../ffi/src/first_fit.rs"]
+mod first_fit;
 #[path = "../../ffi/src/handover.rs"]
 mod handover;
 #[path = "../../ffi/src/hip.rs"]

@@ -62,4 +62,6 @@ pub use discover::FileError;
 pub use error::{Error, ErrorKind, Result};
 pub use image::{CodeKind, Content, Image};
 pub use limits::Limits;
-pub use select::{preference, select, DeviceTarget, ImageSource, Policy, Rejection, Selection};
+pub use select::{
+    first_fit_order, preference, select, DeviceTarget, ImageSource, Policy, Rejection, Selection,
+};

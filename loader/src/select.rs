@@ -11,7 +11,7 @@ use std::fmt;
 use crate::image::{CodeKind, Content, Image};
 use crate::target::{
     names, Arch, ArchVariant, ComputeCapability, Feature, FeatureSetting, NvArch, OffloadKind,
-    PtxVersion, TargetId, TargetIdError, Triple, Vendor,
+    Processor, PtxVersion, TargetId, TargetIdError, Triple, Vendor,
 };
 
 /// What a device can run, as selection needs it.
@@ -493,6 +493,83 @@ pub fn preference(images: &[Image]) -> Vec<usize> {
     // Stable, best first, as `rank` sorts the compatible ones.
     order.sort_by_key(|&i| std::cmp::Reverse(static_fit(&images[i])));
     order
+}
+
+/// A table order in which a runtime that takes the first compatible image
+/// (libomptarget; clr, which also looks for a specific processor before a
+/// generic one) takes [`select`]'s choice on every device, moving only GPU
+/// images: a host entry stays where it is and the GPU images fill the GPU
+/// places in [`preference`] order. `None` when the table's own order
+/// already gives that choice: a caller then hands the original on. For
+/// AMD GPUs that is decided on every device that can run one of the
+/// images ([`first_fit_agrees`]), so a table whose inversions never meet
+/// on one device (`gfx908` before `gfx90a:xnack+`) is left alone.
+pub fn first_fit_order(images: &[Image]) -> Option<Vec<usize>> {
+    let is_gpu = |i: usize| images[i].triple.gpu_vendor().is_some();
+    let mut gpu = preference(images).into_iter().filter(|&i| is_gpu(i));
+    let order: Vec<usize> = (0..images.len())
+        .map(|at| {
+            if is_gpu(at) {
+                gpu.next().unwrap_or(at)
+            } else {
+                at
+            }
+        })
+        .collect();
+    let moved = order.iter().enumerate().any(|(at, &i)| at != i);
+    (moved && !first_fit_agrees(images)).then_some(order)
+}
+
+/// Whether taking the first compatible image in table order gives
+/// [`select`]'s choice on every device that can run one of `images`: each
+/// specific AMD processor they name or that belongs to a generic family
+/// they name, with every known setting of its features. `false` for a
+/// table with NVIDIA images (they are not enumerated here).
+pub fn first_fit_agrees(images: &[Image]) -> bool {
+    let mut processors: Vec<&'static Processor> = Vec::new();
+    for image in images {
+        match &image.arch {
+            Arch::Amdgpu(id) if id.processor.is_generic() => processors.extend(
+                Processor::all()
+                    .iter()
+                    .filter(|p| p.generic().is_some_and(|g| g.name == id.processor.name)),
+            ),
+            Arch::Amdgpu(id) => processors.push(id.processor),
+            Arch::Nvptx(_) => return false,
+            _ => {}
+        }
+    }
+    processors.sort_by_key(|p| p.name);
+    processors.dedup_by_key(|p| p.name);
+    let policy = Policy::default();
+    processors
+        .into_iter()
+        .flat_map(known_settings)
+        .all(|device| {
+            let first = (0..images.len()).find(|&i| check(&device, &images[i], &policy).is_ok());
+            first == select(&device, images, &policy).chosen
+        })
+}
+
+/// `processor` with each setting a runtime can report for the features it
+/// supports (on or off; "any" where it has no such feature).
+fn known_settings(processor: &'static Processor) -> impl Iterator<Item = DeviceTarget> {
+    let known = move |feature: Feature| -> &'static [FeatureSetting] {
+        if processor.supports(feature) {
+            &[FeatureSetting::On, FeatureSetting::Off]
+        } else {
+            &[FeatureSetting::Any]
+        }
+    };
+    known(Feature::Sramecc).iter().flat_map(move |&s| {
+        known(Feature::Xnack).iter().map(move |&x| {
+            DeviceTarget::Amdgpu(
+                TargetId::new(processor)
+                    .with(Feature::Sramecc, s)
+                    .with(Feature::Xnack, x),
+            )
+        })
+    })
 }
 
 /// The [`Fit`] `image` has on any device it is compatible with and whose
@@ -1288,6 +1365,9 @@ mod tests {
             for (index, image) in set.iter_mut().enumerate() {
                 image.index = index;
             }
+            // The order hand-over uses: the table's own where that already
+            // gives the choice on every device.
+            let handed = first_fit_order(set).unwrap_or_else(|| (0..set.len()).collect());
             for device in &devices {
                 let chosen = select(device, &set[..], &Policy::default()).chosen;
                 assert_eq!(
@@ -1296,11 +1376,54 @@ mod tests {
                     "{device}: {:?}",
                     set.iter().map(|i| i.id.as_str()).collect::<Vec<_>>()
                 );
+                let first = handed
+                    .iter()
+                    .copied()
+                    .find(|&i| check(device, &set[i], &Policy::default()).is_ok());
+                assert_eq!(first, chosen, "handed over, {device}: {handed:?}");
                 compared += usize::from(chosen.is_some());
             }
         }
         // The sets do make devices choose (the test is not vacuous).
         assert!(compared > 2000, "{compared}");
+    }
+
+    /// `first_fit_order` keeps a host entry in its place, leaves an ordered
+    /// table alone, and gives the proof's answer: on every device the first
+    /// compatible image of its order is `select`'s choice.
+    #[test]
+    fn first_fit_order_moves_only_gpu_images() {
+        let set = images(&[
+            "host-x86_64-unknown-linux-gnu-",
+            "hipv4-amdgcn-amd-amdhsa--gfx90a",
+            "hipv4-amdgcn-amd-amdhsa--gfx11-generic",
+            "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+",
+            "hipv4-amdgcn-amd-amdhsa--gfx1100",
+        ]);
+        let order = first_fit_order(&set).unwrap();
+        assert_eq!(order, [0, 3, 1, 4, 2]);
+        let reordered: Vec<Image> = order.iter().map(|&i| set[i].clone()).collect();
+        assert_eq!(first_fit_order(&reordered), None);
+        // Inversions that never meet on one device leave the table alone;
+        // a generic family before its member does not.
+        let apart = images(&[
+            "hipv4-amdgcn-amd-amdhsa--gfx908",
+            "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+",
+        ]);
+        assert_eq!(first_fit_order(&apart), None);
+        let family = images(&[
+            "hipv4-amdgcn-amd-amdhsa--gfx11-generic",
+            "hipv4-amdgcn-amd-amdhsa--gfx1100",
+        ]);
+        assert_eq!(first_fit_order(&family), Some(vec![1, 0]));
+        for device in devices() {
+            let chosen = select(&device, &set[..], &Policy::default()).chosen;
+            let first = order
+                .iter()
+                .copied()
+                .find(|&i| check(&device, &set[i], &Policy::default()).is_ok());
+            assert_eq!(first, chosen, "{device}");
+        }
     }
 
     /// Reordering puts what a first-fit runtime would wrongly take behind

@@ -5,13 +5,50 @@
  * call on. Signatures: clr hipamd/src/hip_platform.cpp. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static void **theirs;
 
 static void *next(const char *name) { return dlsym(RTLD_NEXT, name); }
 
+/* Prints the entry IDs of the bundle the wrapper points to, in table order,
+ * and writes the bundle (up to its last code object) to $SPY_BUNDLE. */
+static void show_bundle(const void *wrapper) {
+  const unsigned char *b;
+  memcpy(&b, (const char *)wrapper + 8, sizeof b);
+  if (memcmp(b, "__CLANG_OFFLOAD_BUNDLE__", 24) != 0) {
+    fprintf(stderr, "spy: not an uncompressed bundle\n");
+    return;
+  }
+  uint64_t n, end = 0;
+  memcpy(&n, b + 24, 8);
+  const unsigned char *p = b + 32;
+  fprintf(stderr, "spy: bundle");
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t offset, size, len;
+    memcpy(&offset, p, 8);
+    memcpy(&size, p + 8, 8);
+    memcpy(&len, p + 16, 8);
+    fprintf(stderr, " %.*s", (int)len, (const char *)p + 24);
+    if (offset + size > end)
+      end = offset + size;
+    p += 24 + len;
+  }
+  fprintf(stderr, "\n");
+  const char *path = getenv("SPY_BUNDLE");
+  FILE *f = path ? fopen(path, "wb") : NULL;
+  if (f) {
+    fwrite(b, 1, end, f);
+    fclose(f);
+  }
+}
+
 void **__hipRegisterFatBinary(const void *wrapper) {
+  if (wrapper)
+    show_bundle(wrapper);
   void **(*f)(const void *) = (void **(*)(const void *))next("__hipRegisterFatBinary");
   theirs = f(wrapper);
   fprintf(stderr, "spy: fat binary %s, handle %s\n", wrapper ? "given" : "missing",

@@ -129,6 +129,26 @@ pub fn keep(bundle: &Bundle<'_>, keep: impl Fn(usize) -> bool) -> Option<Vec<u8>
     Some(write(&kept, align))
 }
 
+/// `bundle` with its entries in `order` (indices into its table, each
+/// once), laid out with the bundle's own alignment, else HIP's 4096 (the
+/// bundler's `-bundle-align` for HIP). `None` when `order` is not a
+/// permutation of the table or a code object lies outside the bundle.
+pub fn reordered(bundle: &Bundle<'_>, order: &[usize]) -> Option<Vec<u8>> {
+    let entries = bundle.entries();
+    let mut seen = vec![false; entries.len()];
+    if order.len() != entries.len() {
+        return None;
+    }
+    let mut listed = Vec::with_capacity(order.len());
+    for &i in order {
+        if std::mem::replace(seen.get_mut(i)?, true) {
+            return None;
+        }
+        listed.push((entries[i].id, bundle.code_object(&entries[i]).ok()?));
+    }
+    Some(write(&listed, alignment(bundle).unwrap_or(4096)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +177,21 @@ mod tests {
                 let fewer = Bundle::parse(&fewer, &Limits::default()).unwrap();
                 assert_eq!(fewer.entries().len(), entries.len() - 1);
             }
+        }
+    }
+
+    #[test]
+    fn reordering_moves_entries_with_their_code_objects() {
+        let host = ("host-x86_64-unknown-linux-gnu-", &b""[..]);
+        let a = ("hipv4-amdgcn-amd-amdhsa--gfx90a", &b"AAAAAAAAA"[..]);
+        let b = ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+", &b"BBB"[..]);
+        let bytes = write(&[host, a, b], 4096);
+        let bundle = Bundle::parse(&bytes, &Limits::default()).unwrap();
+        let moved = reordered(&bundle, &[0, 2, 1]).unwrap();
+        assert_eq!(moved, write(&[host, b, a], 4096));
+        assert_eq!(reordered(&bundle, &[0, 1, 2]).unwrap(), bytes);
+        for bad in [&[0, 1][..], &[0, 1, 1], &[0, 1, 3]] {
+            assert_eq!(reordered(&bundle, bad), None, "{bad:?}");
         }
     }
 

@@ -1,0 +1,128 @@
+//! HIP fat binaries laid out for libamdhip64, which gives each device the
+//! first compatible code object of the bundle in table order (clr
+//! `CodeObject::extractCodeObjectFromFatBinary`; newer clr looks for a
+//! specific processor before a generic one).
+//!
+//! Where the table's own order would not give this library's choice on some
+//! device ([`offload_loader::first_fit_order`]: `gfx11-generic` before
+//! `gfx1100`, `gfx90a` "any" before `gfx90a:xnack+`), libamdhip64 is handed
+//! a copy of the program's wrapper pointing to a copy of the bundle whose
+//! entries are in that order; a compressed bundle is inflated for it (clr
+//! reads both). The copy lives until the fat binary is unregistered. A
+//! table whose order already gives the choice is handed on as it is: then
+//! the cost is reading the table.
+
+use std::ffi::c_void;
+
+use offload_loader::bundle::{write, Bundle};
+use offload_loader::registration::FatbinWrapper;
+use offload_loader::{Container, Format, Limits};
+
+use crate::objects::Pinned;
+use crate::{process, registry};
+
+/// HIP's wrapper (clang CGCUDANV.cpp, `__CudaFatBinaryWrapper`): magic and
+/// version (4 bytes each), the bundle's address, an unused pointer.
+const WRAPPER_LEN: usize = 24;
+/// Where the wrapper holds the bundle's address.
+const POINTER_AT: usize = 8;
+/// The copied bundle's alignment: clang aligns `.hip_fatbin` to 4096, and
+/// so each code object in it (the bundler's `-bundle-align` for HIP).
+const BUNDLE_ALIGN: usize = 4096;
+
+/// The wrapper to hand libamdhip64 for the program's `wrapper`, which this
+/// library registered as `handle`: the program's own, or a reordered copy
+/// kept until [`release`].
+pub(crate) fn wrapper_for(wrapper: *const c_void, handle: usize) -> *const c_void {
+    let Some(copy) = reordered(wrapper as usize) else {
+        return wrapper;
+    };
+    let handed = copy.as_ptr().cast();
+    registry::with(|r| r.reordered_bundles.insert(handle, copy));
+    handed
+}
+
+/// Frees the copy made for `handle`, if any, once libamdhip64 has
+/// unregistered it.
+pub(crate) fn release(handle: usize) {
+    let copy = registry::with(|r| r.reordered_bundles.remove(&handle));
+    // Freed outside the registry's lock.
+    drop(copy);
+}
+
+/// The wrapper and bundle copy for the program's `wrapper`, when its bundle
+/// needs reordering and can be read.
+fn reordered(wrapper: usize) -> Option<Vec<u64>> {
+    // Both objects stay pinned, so mapped, while their bytes are read.
+    let wrapper_object = Pinned::find(wrapper)?;
+    // SAFETY: the span lies inside a loaded segment of an object pinned
+    // until the end of this function, which is the last use of the bytes.
+    let wrapper_bytes = unsafe { process::memory(wrapper..wrapper_object.segment.end) };
+    let wrapper_bytes = wrapper_bytes.get(..WRAPPER_LEN)?;
+    let fatbin = FatbinWrapper::parse(wrapper_bytes).ok()?.fatbin as usize;
+    let fatbin_object = Pinned::find(fatbin)?;
+    // SAFETY: as above, for the bundle's object.
+    let data = unsafe { process::memory(fatbin..fatbin_object.segment.end) };
+    let limits = Limits::default();
+    let container = Container::parse(data, &limits).ok()?;
+    if !matches!(
+        container.format(),
+        Format::Bundle | Format::CompressedBundle
+    ) {
+        return None;
+    }
+    let order = offload_loader::first_fit_order(container.images())?;
+    let inflated;
+    let bytes = match container.compression() {
+        Some(compressed) => {
+            inflated = compressed.decompress(&limits).ok()?;
+            &inflated[..]
+        }
+        None => data,
+    };
+    let bundle = Bundle::parse(bytes, &limits).ok()?;
+    let bundle = write::reordered(&bundle, &order)?;
+    Some(laid_out(wrapper_bytes, &bundle))
+}
+
+/// One buffer holding a copy of `wrapper`, then `bundle` at the next
+/// [`BUNDLE_ALIGN`] boundary, with the copy's pointer set to it. Words, so
+/// that the wrapper is aligned as the struct is; the buffer is never grown,
+/// so the addresses hold while it lives.
+fn laid_out(wrapper: &[u8], bundle: &[u8]) -> Vec<u64> {
+    let mut buffer = vec![0u64; (WRAPPER_LEN + BUNDLE_ALIGN + bundle.len()).div_ceil(8)];
+    let base = buffer.as_ptr() as usize;
+    // A multiple of 8: `base` is 8-aligned, the boundary 4096-aligned.
+    let at = (base + WRAPPER_LEN).next_multiple_of(BUNDLE_ALIGN) - base;
+    let mut put = |offset: usize, bytes: &[u8]| {
+        for (i, chunk) in bytes.chunks(8).enumerate() {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            buffer[offset / 8 + i] = u64::from_ne_bytes(word);
+        }
+    };
+    put(0, wrapper);
+    put(POINTER_AT, &((base + at) as u64).to_ne_bytes());
+    put(at, bundle);
+    buffer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_copy_points_to_the_aligned_bundle() {
+        let wrapper = [
+            0x46, 0x50, 0x49, 0x48, 1, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        let bundle: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let buffer = laid_out(&wrapper, &bundle);
+        let bytes: Vec<u8> = buffer.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        assert_eq!(bytes[..8], wrapper[..8]);
+        let pointer = u64::from_ne_bytes(bytes[8..16].try_into().unwrap()) as usize;
+        assert_eq!(pointer % BUNDLE_ALIGN, 0);
+        let at = pointer - buffer.as_ptr() as usize;
+        assert_eq!(&bytes[at..at + bundle.len()], &bundle[..]);
+    }
+}
