@@ -7,12 +7,12 @@ use std::sync::Mutex;
 
 use crate::{env, env_num, find_name, fnv, log_call, log_load, visible, write};
 
-const SUCCESS: u32 = 0;
-const INVALID_ARGUMENT: u32 = 0x1001;
+pub(crate) const SUCCESS: u32 = 0;
+pub(crate) const INVALID_ARGUMENT: u32 = 0x1001;
 const NOT_INITIALIZED: u32 = 0x100B;
 const INVALID_CODE_OBJECT: u32 = 0x1010;
 const INVALID_SYMBOL_NAME: u32 = 0x1013;
-const CPU_AGENT: u64 = 1;
+pub(crate) const CPU_AGENT: u64 = 1;
 const FIRST_GPU: u64 = 100;
 
 /// `hsa_init` minus `hsa_shut_down` calls.
@@ -20,7 +20,7 @@ static INIT_COUNT: AtomicU32 = AtomicU32::new(0);
 
 /// One `FAKE_HSA_AGENTS` entry.
 #[derive(Clone)]
-struct AgentSpec {
+pub(crate) struct AgentSpec {
     isas: Vec<String>,
     name: Option<String>,
 }
@@ -52,7 +52,7 @@ fn all_agents() -> Vec<AgentSpec> {
 }
 
 /// The spec of a GPU agent handle (`FIRST_GPU` + physical index).
-fn agent(handle: u64) -> Option<AgentSpec> {
+pub(crate) fn agent(handle: u64) -> Option<AgentSpec> {
     let index = usize::try_from(handle.checked_sub(FIRST_GPU)?).ok()?;
     all_agents().get(index).cloned()
 }
@@ -63,8 +63,89 @@ fn initialised() -> bool {
 
 /// Images handed to `hsa_code_object_reader_create_from_memory`, by reader handle - 1.
 static READERS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-/// Executables: the reader loaded into each (0 = none), by handle - 1.
-static EXECUTABLES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+/// Executables, by handle - 1.
+static EXECUTABLES: Mutex<Vec<Executable>> = Mutex::new(Vec::new());
+
+/// An executable: the reader loaded into it (0 = none) and, for an ELF
+/// image, the image as loaded.
+#[derive(Default)]
+struct Executable {
+    reader: u64,
+    loaded: Option<Loaded>,
+}
+
+/// An ELF code object laid out as a loader lays it out: each `PT_LOAD`
+/// segment's file bytes at its address from the start of `memory` (real
+/// memory, so a copy to a variable's address writes it), and the symbol
+/// table's (name, value, size).
+struct Loaded {
+    memory: Box<[u64]>,
+    symbols: Vec<(String, u64, u64)>,
+}
+
+impl Loaded {
+    fn new(image: &[u8]) -> Option<Loaded> {
+        use object::{Object, ObjectSegment, ObjectSymbol};
+        let file = object::File::parse(image).ok()?;
+        let end = file
+            .segments()
+            .map(|s| s.address() + s.size())
+            .max()
+            .unwrap_or(0);
+        let mut memory = vec![0u64; (end as usize).div_ceil(8).max(1)].into_boxed_slice();
+        let bytes = memory.as_mut_ptr().cast::<u8>();
+        for segment in file.segments() {
+            let data = segment.data().ok()?;
+            let at = segment.address() as usize;
+            if at + data.len() > end as usize {
+                return None;
+            }
+            // SAFETY: `at + data.len()` is within the `end` bytes allocated.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), bytes.add(at), data.len()) };
+        }
+        let symbols = file
+            .symbols()
+            .filter_map(|s| Some((s.name().ok()?.to_string(), s.address(), s.size())))
+            .collect();
+        Some(Loaded { memory, symbols })
+    }
+
+    fn base(&self) -> u64 {
+        self.memory.as_ptr() as u64
+    }
+}
+
+/// The memory of every loaded image, as (address, size).
+pub(crate) fn loaded_ranges() -> Vec<(usize, usize)> {
+    EXECUTABLES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(|e| e.loaded.as_ref())
+        .map(|l| (l.base() as usize, l.memory.len() * 8))
+        .collect()
+}
+
+/// A symbol found in an image's symbol table: its handle is
+/// [`ELF_SYMBOL`] | its index here.
+struct SymbolInfo {
+    /// `hsa_symbol_kind_t`: 0 variable, 1 kernel (a `.kd` descriptor).
+    kind: u32,
+    address: u64,
+    size: u64,
+}
+
+const ELF_SYMBOL: u64 = 0x5359_4d00_0000_0000;
+static SYMBOLS: Mutex<Vec<SymbolInfo>> = Mutex::new(Vec::new());
+
+fn elf_symbol(handle: u64) -> Option<(u32, u64, u64)> {
+    if handle & 0xffff_ff00_0000_0000 != ELF_SYMBOL {
+        return None;
+    }
+    let symbols = SYMBOLS.lock().unwrap_or_else(|e| e.into_inner());
+    let s = symbols.get((handle & 0xff_ffff_ffff) as usize)?;
+    Some((s.kind, s.address, s.size))
+}
 
 #[no_mangle]
 pub extern "C" fn hsa_init() -> u32 {
@@ -189,10 +270,39 @@ pub unsafe extern "C" fn hsa_agent_get_info(
             (0xA011, Some(_)) => {
                 write_string(value, 21, &format!("GPU-fa4e{:012x}", handle - FIRST_GPU))
             }
+            // HSA_AGENT_INFO_FEATURE: a GPU dispatches kernels, a CPU agents.
+            (2, Some(_)) => write(value, 1u32),
+            (2, None) => write(value, 2u32),
+            // WAVEFRONT_SIZE: 32 from gfx10 on, else 64.
+            (6, Some(spec)) => write(value, wavefront(spec.target_id())),
+            // WORKGROUP_MAX_DIM (uint16_t[3]), GRID_MAX_DIM (hsa_dim3_t).
+            (7, Some(_)) => write(value, [1024u16; 3]),
+            (9, Some(_)) => write(value, [u32::MAX; 3]),
+            // QUEUES_MAX, QUEUE_MIN_SIZE, QUEUE_MAX_SIZE.
+            (12, Some(_)) => write(value, 128u32),
+            (13, Some(_)) => write(value, 64u32),
+            (14, Some(_)) => write(value, 131_072u32),
+            // CHIP_ID, COMPUTE_UNIT_COUNT, MAX_WAVES_PER_CU (ROCr's for an MI210).
+            (0xA000, Some(_)) => write(value, 0x740fu32),
+            (0xA002, Some(_)) => write(value, 104u32),
+            (0xA00A, Some(_)) => write(value, 32u32),
+            // TIMESTAMP_FREQUENCY: 100 MHz.
+            (0xA016, Some(_)) => write(value, 100_000_000u64),
             _ => return INVALID_ARGUMENT,
         }
     }
     SUCCESS
+}
+
+/// The wavefront size of the processor `target_id` names: 32 on gfx10 and
+/// later (RDNA, which ROCr runs in wave32), else 64.
+fn wavefront(target_id: &str) -> u32 {
+    let digits = target_id.trim_start_matches("gfx");
+    if digits.len() >= 4 && !digits.starts_with('9') {
+        32
+    } else {
+        64
+    }
 }
 
 #[no_mangle]
@@ -268,6 +378,17 @@ pub extern "C" fn hsa_code_object_reader_destroy(reader: u64) -> u32 {
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn hsa_executable_create(
+    profile: u32,
+    _state: u32,
+    options: *const c_char,
+    exe: *mut u64,
+) -> u32 {
+    // SAFETY: as the caller's.
+    unsafe { hsa_executable_create_alt(profile, 0, options, exe) }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn hsa_executable_create_alt(
     _profile: u32,
     _rounding: u32,
@@ -278,7 +399,7 @@ pub unsafe extern "C" fn hsa_executable_create_alt(
         return INVALID_ARGUMENT;
     }
     let mut exes = EXECUTABLES.lock().unwrap_or_else(|e| e.into_inner());
-    exes.push(0);
+    exes.push(Executable::default());
     // SAFETY: an out-pointer.
     unsafe { *exe = exes.len() as u64 };
     SUCCESS
@@ -315,12 +436,17 @@ fn load_code_object(exe: u64, handle: u64, reader: u64) -> u32 {
         image.len(),
         fnv(image)
     ));
+    if let Some(dir) = env("FAKE_HSA_SAVE_DIR") {
+        let path = std::path::Path::new(&dir).join(format!("{}.co", spec.target_id()));
+        let _ = std::fs::write(path, image);
+    }
     if let Some(slot) = EXECUTABLES
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_mut(exe.wrapping_sub(1) as usize)
     {
-        *slot = reader;
+        slot.reader = reader;
+        slot.loaded = Loaded::new(image);
     }
     SUCCESS
 }
@@ -334,6 +460,13 @@ pub extern "C" fn hsa_executable_freeze(_exe: u64, _options: *const c_char) -> u
 pub extern "C" fn hsa_executable_destroy(exe: u64) -> u32 {
     crate::in_driver(false, || {
         log_call(format!("hsa_executable_destroy {exe}"));
+        if let Some(slot) = EXECUTABLES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(exe.wrapping_sub(1) as usize)
+        {
+            slot.loaded = None;
+        }
         SUCCESS
     })
 }
@@ -348,12 +481,29 @@ pub unsafe extern "C" fn hsa_executable_get_symbol_by_name(
     if name.is_null() || symbol.is_null() {
         return INVALID_ARGUMENT;
     }
-    let reader = EXECUTABLES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(exe.wrapping_sub(1) as usize)
-        .copied()
-        .unwrap_or(0);
+    // SAFETY: a NUL-terminated name (hsa.h).
+    let wanted = unsafe { CStr::from_ptr(name) }.to_bytes();
+    let (reader, found) = {
+        let exes = EXECUTABLES.lock().unwrap_or_else(|e| e.into_inner());
+        let executable = exes.get(exe.wrapping_sub(1) as usize);
+        let found = executable.and_then(|e| {
+            let loaded = e.loaded.as_ref()?;
+            let (name, value, size) = loaded.symbols.iter().find(|s| s.0.as_bytes() == wanted)?;
+            Some(SymbolInfo {
+                kind: u32::from(name.ends_with(".kd")),
+                address: loaded.base() + value,
+                size: *size,
+            })
+        });
+        (executable.map_or(0, |e| e.reader), found)
+    };
+    if let Some(info) = found {
+        let mut symbols = SYMBOLS.lock().unwrap_or_else(|e| e.into_inner());
+        symbols.push(info);
+        // SAFETY: an out-pointer.
+        unsafe { *symbol = ELF_SYMBOL | (symbols.len() - 1) as u64 };
+        return SUCCESS;
+    }
     let readers = READERS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(image) = readers.get(reader.wrapping_sub(1) as usize) else {
         return INVALID_ARGUMENT;
@@ -376,12 +526,43 @@ pub unsafe extern "C" fn hsa_executable_symbol_get_info(
     attribute: u32,
     value: *mut c_void,
 ) -> u32 {
+    if let Some((kind, address, size)) = elf_symbol(symbol) {
+        return elf_symbol_info(kind, address, size, attribute, value);
+    }
     // SAFETY (all arms): storage of the attribute's type (hsa.h).
     unsafe {
         match attribute {
             9 => write(value, 4u32),
             21 => write(value, 0x7f00_0000_0000u64 + symbol),
             22 => write(value, 0x6f00_0000_0000u64 + symbol),
+            _ => return INVALID_ARGUMENT,
+        }
+    }
+    SUCCESS
+}
+
+/// `attribute` of a symbol from an image's symbol table, at `address` in
+/// the loaded image, of `size` bytes. A kernel's segment sizes are read
+/// from its descriptor (`amd_kernel_code_t`'s successor, 64 bytes:
+/// group segment size at 0, private at 4, kernarg at 8).
+fn elf_symbol_info(kind: u32, address: u64, size: u64, attribute: u32, value: *mut c_void) -> u32 {
+    let descriptor = |at: u64| -> u32 {
+        // SAFETY: a kernel descriptor's 64 bytes lie in the loaded image.
+        unsafe { ((address + at) as *const u32).read_unaligned() }
+    };
+    let kernel = kind == 1;
+    // SAFETY (all arms): storage of the attribute's type (hsa.h).
+    unsafe {
+        match attribute {
+            0 => write(value, kind),
+            9 => write(value, size as u32),
+            21 => write(value, address),
+            22 if kernel => write(value, address),
+            11 if kernel => write(value, descriptor(8)),
+            13 if kernel => write(value, descriptor(0)),
+            14 if kernel => write(value, descriptor(4)),
+            // DYNAMIC_CALLSTACK, a bool.
+            15 if kernel => write(value, false),
             _ => return INVALID_ARGUMENT,
         }
     }
@@ -408,9 +589,9 @@ pub unsafe extern "C" fn hsa_amd_memory_lock(
     SUCCESS
 }
 
-/// Device memory is not real here: a copy is recorded in `FAKE_CALL_LOG`,
-/// not made, as `hsa_memory_copy <dst> <size>` and, for 8 bytes, the value
-/// copied.
+/// A copy is recorded in `FAKE_CALL_LOG` as `hsa_memory_copy <dst> <size>`
+/// and, for 8 bytes, the value copied; it is made where `dst` is memory
+/// this double handed out (a loaded image's variable, a pool allocation).
 #[no_mangle]
 pub unsafe extern "C" fn hsa_memory_copy(dst: *mut c_void, src: *const c_void, size: usize) -> u32 {
     if dst.is_null() || src.is_null() {
@@ -423,5 +604,10 @@ pub unsafe extern "C" fn hsa_memory_copy(dst: *mut c_void, src: *const c_void, s
         String::new()
     };
     log_call(format!("hsa_memory_copy {dst:p} {size}{value}"));
+    if crate::hsa_runtime::is_real(dst as usize, size) {
+        // SAFETY: `size` bytes of memory this double handed out at `dst`,
+        // `size` readable bytes at `src`.
+        unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), size) };
+    }
     SUCCESS
 }

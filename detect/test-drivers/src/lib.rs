@@ -19,6 +19,7 @@
 //! | `FAKE_CUDA_LOAD_ERROR` | result of `cuModuleLoadData` (e.g. 209) |
 //! | `CUDA_VISIBLE_DEVICES` | applied as the driver does, indices only: set but empty hides all; the first invalid, out-of-range or repeated index ends the list |
 //! | `FAKE_DRIVER_LOG` | file to which each successful load appends `hsa load <target-id> <size> <fnv64>` or `cuda load sm_XY <size> <fnv64>` |
+//! | `FAKE_HSA_SAVE_DIR` | directory to which each HSA load writes the code object it was given, as `<agent target ID>.co` |
 //! | `FAKE_LOAD_DLOPEN` | a library each load `dlopen`s (and closes) while it holds the driver's lock, as the CUDA driver's PTX JIT loads `libnvidia-ptxjitcompiler` |
 //! | `FAKE_CALL_LOG` | file to which lifecycle calls append a line: `hsa_init`, `hsa_shut_down`, `hsa_executable_destroy`, `hsa_code_object_reader_destroy`, `hsa_amd_memory_lock <host> <size>`, `hsa_memory_copy <dst> <size> [<8-byte value>]`, `cuDevicePrimaryCtxRetain <dev>`, `cuDevicePrimaryCtxRelease_v2 <dev>`, `cuModuleUnload <module>` |
 //!
@@ -28,10 +29,20 @@
 //! that unloads under the dynamic loader's lock while another thread loads
 //! with `FAKE_LOAD_DLOPEN` deadlocks here as it would there.
 //!
-//! Symbols resolve when the loaded image holds the name followed by a NUL (as
-//! ELF string tables do), or, in PTX, as a whole identifier; handles and
-//! addresses are derived from the name's offset, so they are stable and
-//! distinct; a variable's size is 4.
+//! An HSA symbol resolves from the loaded ELF image's symbol table: the
+//! image is laid out in real memory as a loader would (its `PT_LOAD`
+//! segments), a variable's address is where it lies there and its size the
+//! symbol's, a `<name>.kd` symbol is a kernel whose object is its descriptor.
+//! Otherwise (an image that is not ELF, and CUDA) a symbol resolves when the
+//! image holds the name followed by a NUL, or, in PTX, as a whole
+//! identifier; handles and addresses are then derived from the name's
+//! offset, so they are stable and distinct, and a variable's size is 4.
+//!
+//! Beyond loading, the HSA half has what LLVM 22's libomptarget AMDGPU
+//! plugin needs to run on it (`hsa_runtime`): memory pools, allocations,
+//! signals, queues and copies, all in host memory. An agent given as
+//! `gfx1100|gfx11-generic` lists both ISAs, as ROCr lists a processor's
+//! generic family.
 //!
 //! Built with the cargo feature `missing-symbol`, the library leaves out
 //! `hsa_iterate_agents` and `cuDeviceGetPCIBusId`, to test what a loader does
@@ -41,6 +52,7 @@
 
 mod cuda;
 mod hsa;
+mod hsa_runtime;
 
 use std::ffi::c_void;
 use std::io::Write;
