@@ -691,7 +691,9 @@ fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
 /// clang-22's old and new offload driver: the host reads its initial value
 /// and writes it (clang sends every host use through the pointer
 /// `__hipRegisterManagedVar` is given, which was left null and crashed the
-/// first read), and the lookup by `&counter` finds it on the device. When
+/// first read), and the lookup by `&counter` finds its memory as the device
+/// reaches it, 4 bytes (as clr's `hipGetSymbolAddress` answers; the test
+/// driver's agents reach pinned memory at its host address). When
 /// the image is loaded, the device's copy of the pointer (clang's 8-byte
 /// device variable `counter`) is set to where the agent reaches the host's
 /// copy (`hsa_amd_memory_lock`, then `hsa_memory_copy` of that address),
@@ -715,7 +717,7 @@ fn managed_variables_have_their_initial_value_on_the_host() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
-            "read=5\nwritten=9\ndevice=0 lookup=0 size=4\n",
+            "read=5\nwritten=9\ndevice=0 lookup=0 size=4 at=host\n",
             "{driver:?}: {err}"
         );
         let host = line(&err, "host=").trim_start_matches("host=").to_string();

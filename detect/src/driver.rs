@@ -7,6 +7,7 @@
 //! used from any thread.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use crate::image::{DriverError, Global, KernelHandle};
 use crate::{cuda, hsa};
@@ -30,6 +31,7 @@ impl Driver {
         Ok(LoadedImage {
             inner,
             unloaded: AtomicBool::new(false),
+            shared: Mutex::new(Vec::new()),
         })
     }
 }
@@ -39,6 +41,9 @@ impl Driver {
 pub struct LoadedImage {
     inner: Loaded,
     unloaded: AtomicBool,
+    /// Variables pointed at host memory ([`LoadedImage::point_at_host`]):
+    /// name, the address at which the device reaches that memory, its size.
+    shared: Mutex<Vec<(String, u64, u64)>>,
 }
 
 enum Loaded {
@@ -93,12 +98,33 @@ impl LoadedImage {
     /// keeps alive while the image is loaded: the device then reads and
     /// writes the host's copy. HSA only.
     pub fn point_at_host(&self, name: &str, host: usize, size: usize) -> Result<(), DriverError> {
-        match self.live()? {
-            Loaded::Hsa(loaded) => loaded.point_at_host(name, host, size),
-            Loaded::Cuda(_) => Err(DriverError::Unsupported(
-                "pointing a device variable at host memory",
-            )),
-        }
+        let reached = match self.live()? {
+            Loaded::Hsa(loaded) => loaded.point_at_host(name, host, size)?,
+            Loaded::Cuda(_) => {
+                return Err(DriverError::Unsupported(
+                    "pointing a device variable at host memory",
+                ))
+            }
+        };
+        self.shared.lock().unwrap_or_else(|e| e.into_inner()).push((
+            name.to_string(),
+            reached,
+            size as u64,
+        ));
+        Ok(())
+    }
+
+    /// Where the device reaches the host memory variable `name` was pointed
+    /// at ([`LoadedImage::point_at_host`]), and its size: a HIP managed
+    /// variable's memory, as clr's `hipGetSymbolAddress` answers for one.
+    pub fn shared(&self, name: &str) -> Option<Global> {
+        self.live().ok()?;
+        self.shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|&(_, address, size)| Global { address, size })
     }
 
     /// Unloads the image and reports the driver's status; further lookups

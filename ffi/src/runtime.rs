@@ -525,6 +525,12 @@ fn resolve_in(
     loader_lock::check("a driver symbol lookup");
     match symbol.kind {
         SymbolKind::Kernel => module.kernel(&name).map(|k| (k.handle, 0)),
+        // Its memory, which the device reaches through the pointer set at
+        // load (`share_managed`), as clr answers for a managed variable.
+        SymbolKind::Managed { .. } => match module.shared(&name) {
+            Some(g) => Ok((g.address, g.size)),
+            None => module.global(&name).map(|g| (g.address, g.size)),
+        },
         _ => module.global(&name).map(|g| (g.address, g.size)),
     }
     .map_err(|source| Error::Driver {

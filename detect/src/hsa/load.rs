@@ -187,13 +187,14 @@ impl Loaded {
     /// Points the 8-byte device variable `name` at the `size` host bytes at
     /// `host`, pinned for this agent (`hsa_amd_memory_lock`), as clr does for
     /// a HIP managed variable with memory it allocated: the device reads and
-    /// writes the host's copy.
+    /// writes the host's copy. Returns the address at which the agent
+    /// reaches it.
     pub(crate) fn point_at_host(
         &self,
         name: &str,
         host: usize,
         size: usize,
-    ) -> Result<(), DriverError> {
+    ) -> Result<u64, DriverError> {
         let global = self.global(name)?;
         let mut agent = self.agent;
         let mut reached: *mut std::ffi::c_void = std::ptr::null_mut();
@@ -212,7 +213,8 @@ impl Loaded {
                 (&value as *const u64).cast(),
                 std::mem::size_of::<u64>(),
             )
-        })
+        })?;
+        Ok(value)
     }
 
     /// Destroys the executable, then the reader. The caller calls it once.
