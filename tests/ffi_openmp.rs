@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::process::Command;
 
 use support::*;
@@ -286,20 +287,8 @@ fn libomptarget_is_handed_images_in_preference_order() {
         order.to_str().unwrap(),
     ]);
     let written = ["gfx11-generic", "gfx1100", "gfx9-generic", "gfx906:xnack-"];
-    std::fs::write(dir.join("dev.c"), "void k(int *p) { *p = 1; }\n").unwrap();
     let mut args = vec![program("omp_descriptor.c").display().to_string()];
-    for (i, target) in written.iter().enumerate() {
-        let image = format!("image{i}.co");
-        clang(&[
-            "--target=amdgcn-amd-amdhsa",
-            &format!("-mcpu={target}"),
-            "-nogpulib",
-            "dev.c",
-            "-o",
-            &image,
-        ]);
-        args.push(format!("-DIMAGE_{i}=\"{image}\""));
-    }
+    args.extend(code_objects(&e, &dir, &written));
     let build = e.build_dir.display().to_string();
     args.extend([
         format!("-L{build}"),
@@ -332,6 +321,123 @@ fn libomptarget_is_handed_images_in_preference_order() {
         line(&err, "vendor: unregister"),
         format!("vendor: unregister 4 images, first {}", flags[0])
     );
+}
+
+/// A kernel `k` compiled by clang-22 for each of `targets` into
+/// `image<i>.co` in `dir`: the `-DIMAGE_<i>` arguments that embed them in
+/// `tests/programs/omp_descriptor.c`.
+fn code_objects(e: &Loader, dir: &Path, targets: &[&str]) -> Vec<String> {
+    std::fs::write(
+        dir.join("dev.c"),
+        "__attribute__((amdgpu_kernel)) void k(int *p) { *p = 1; }\n",
+    )
+    .unwrap();
+    let mut defines = Vec::new();
+    for (i, target) in targets.iter().enumerate() {
+        let image = format!("image{i}.co");
+        run_ok(
+            Command::new(&e.tc.clang)
+                .current_dir(dir)
+                .arg("--target=amdgcn-amd-amdhsa")
+                .arg(format!("-mcpu={target}"))
+                .args(["-nogpulib", "dev.c", "-o", &image]),
+        );
+        defines.push(format!("-DIMAGE_{i}=\"{image}\""));
+    }
+    defines
+}
+
+/// The proof with libomptarget's own AMDGPU plugin: it `dlopen`s
+/// `libhsa-runtime64.so`, here the HSA test double on `LD_LIBRARY_PATH`,
+/// whose agents are a gfx1100 (ISAs `gfx1100` and `gfx11-generic`, as ROCr
+/// lists them) and a gfx90a with xnack on. The program lays out its own
+/// descriptor, `gfx11-generic`, `gfx1100`, `gfx90a` ("any"),
+/// `gfx90a:xnack+`, where the plugin's first fit differs from the best fit
+/// on both devices, and asks libomptarget for memory on each device, which
+/// makes the plugin load the image it gave that device. Without this
+/// library the plugin loads the generic code on the gfx1100 and the "any"
+/// code on the gfx90a; with it, the code object the plugin hands the
+/// driver (saved by the double) is byte for byte the image file of this
+/// library's choice as `OFFLOAD_LOADER_INFO` names it: `gfx1100` and
+/// `gfx90a:xnack+`.
+#[test]
+fn libomptarget_amdgpu_plugin_loads_this_librarys_choice() {
+    let Some(e) = loader() else { return };
+    let Some(_) = libomptarget() else { return };
+    let dir = scratch("omp-plugin");
+    let written = ["gfx11-generic", "gfx1100", "gfx90a", "gfx90a:xnack+"];
+    let images = code_objects(&e, &dir, &written);
+    let hsa = dir.join("hsa");
+    std::fs::create_dir_all(&hsa).unwrap();
+    std::os::unix::fs::symlink(&e.fake, hsa.join("libhsa-runtime64.so")).unwrap();
+    let build = e.build_dir.display().to_string();
+    let link = |name: &str, loader: bool| {
+        let mut cmd = Command::new(&e.tc.clang);
+        cmd.current_dir(&dir)
+            .arg("-DUSE_DEVICES")
+            .arg(program("omp_descriptor.c"))
+            .args(&images);
+        if loader {
+            cmd.arg(format!("-L{build}"))
+                .arg("-loffload_loader")
+                .arg(format!("-Wl,-rpath,{build}"));
+        }
+        cmd.args(["-L/usr/lib/llvm-22/lib", "-lomptarget"]).args([
+            "-Wl,-rpath,/usr/lib/llvm-22/lib",
+            "-o",
+            name,
+        ]);
+        run_ok(&mut cmd);
+        dir.join(name)
+    };
+    let agents = ["gfx1100", "gfx90a:sramecc+:xnack+"];
+    let run = |exe: &Path| {
+        let saved = dir.join(format!(
+            "{}.loaded",
+            exe.file_name().unwrap().to_str().unwrap()
+        ));
+        let _ = std::fs::remove_dir_all(&saved);
+        std::fs::create_dir_all(&saved).unwrap();
+        let out = run_ok(
+            e.fake_driver(
+                exe,
+                "gfx1100|gfx11-generic;gfx90a:sramecc+:xnack+",
+                &dir.join("log"),
+            )
+            .env("LD_LIBRARY_PATH", &hsa)
+            .env("FAKE_HSA_SAVE_DIR", &saved),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "registered\ndevice 0: allocated\ndevice 1: allocated\n"
+        );
+        let loaded: Vec<Vec<u8>> = agents
+            .iter()
+            .map(|a| {
+                std::fs::read(saved.join(format!("{a}.co")))
+                    .unwrap_or_else(|_| panic!("nothing loaded on {a}"))
+            })
+            .collect();
+        (loaded, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let image = |i: usize| std::fs::read(dir.join(format!("image{i}.co"))).unwrap();
+    // First fit, without this library: the generic and the "any" code.
+    let (plain, _) = run(&link("plain", false));
+    assert!(plain[0] == image(0) && plain[1] == image(2));
+    // With it: the images INFO names, gfx1100's and gfx90a:xnack+'s.
+    let (beside, err) = run(&link("beside", true));
+    for (device, (agent, want)) in agents.iter().zip([1, 3]).enumerate() {
+        let said = format!("device {device} {agent} loads [");
+        let chosen: usize = err
+            .lines()
+            .find(|l| l.contains(&said))
+            .and_then(|l| l.split(&said).nth(1))
+            .and_then(|rest| rest.split(']').next())
+            .and_then(|i| i.parse().ok())
+            .unwrap_or_else(|| panic!("{said}: {err}"));
+        assert_eq!(chosen, want, "{err}");
+        assert!(beside[device] == image(chosen), "device {device}: {err}");
+    }
 }
 
 /// The target an AMDGPU code object's `e_flags` (`0x…`) name: the processor
