@@ -3,11 +3,12 @@
 //! which also reads the chosen image's header.
 //!
 //! Invariants: every image is chosen or rejected exactly once; the chosen one
-//! is the best compatible one; `check` agrees with `select`.
+//! is the best compatible one; `check` agrees with `select`; the first
+//! compatible image in `first_fit_order`'s order is `select`'s choice.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use offload_loader::select::check;
-use offload_loader::{scan, select, DeviceTarget, Limits, Policy, Selection};
+use offload_loader::{first_fit_order, scan, select, DeviceTarget, Limits, Policy, Selection};
 use offload_loader::target::OffloadKind;
 
 fn well_formed(s: &Selection, n: usize) {
@@ -36,6 +37,21 @@ fuzz_target!(|data: &[u8]| {
     ];
     for container in scan(data, &limits).into_iter().flatten() {
         let images = container.images();
+        // The order hand-over gives a first-fit runtime: a permutation that
+        // moves only GPU images, whose first compatible image is the choice.
+        let order = first_fit_order(images).unwrap_or_else(|| (0..images.len()).collect());
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert!(sorted.iter().copied().eq(0..images.len()), "not a permutation");
+        for (at, &i) in order.iter().enumerate() {
+            assert!(at == i || images[at].triple.gpu_vendor().is_some());
+        }
+        // Devices whose feature settings are all known, as a vendor runtime knows them.
+        for device in ["gfx90a:sramecc+:xnack-", "gfx906:sramecc-:xnack+", "gfx1100", "gfx1151", "sm_80", "sm_90"] {
+            let device = &DeviceTarget::parse(device).unwrap();
+            let first = order.iter().copied().find(|&i| check(device, &images[i], &Policy::default()).is_ok());
+            assert_eq!(first, select(device, images, &Policy::default()).chosen, "{device}");
+        }
         for device in &devices {
             for policy in &policies {
                 let s = select(device, images, policy);

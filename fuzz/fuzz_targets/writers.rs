@@ -5,7 +5,8 @@
 //! every entry gives back the same bytes (bundles the bundler could have
 //! laid out; fat binaries always); what is written reads back with exactly
 //! the kept entries, in order, each byte for byte the original's; a `CCOB`
-//! written from a bundle inflates to it with its hash.
+//! written from a bundle inflates to it with its hash; a bundle reordered
+//! reads back with its entries in that order, each with its code object.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use offload_loader::bundle::{self, Bundle};
@@ -20,6 +21,14 @@ fuzz_target!(|input: &[u8]| {
     let limits = Limits { max_uncompressed: 1 << 20, ..Limits::default() };
 
     if let Ok(read) = Bundle::parse(data, &limits) {
+        // Reversed, every entry reads back with its own code object.
+        let order: Vec<usize> = (0..read.entries().len()).rev().collect();
+        if let Some(reversed) = bundle::write::reordered(&read, &order) {
+            let again = Bundle::parse(&reversed, &limits).expect("what was reordered reads back");
+            let got: Vec<_> = again.entries().iter().map(|e| (e.id, again.code_object(e).unwrap())).collect();
+            let want: Vec<_> = order.iter().map(|&i| &read.entries()[i]).map(|e| (e.id, read.code_object(e).unwrap())).collect();
+            assert_eq!(got, want);
+        }
         if let Some(all) = bundle::write::keep(&read, |_| true) {
             // The same bytes, but for the padding between code objects,
             // which the bundler writes as zeros (the input may not).
