@@ -500,55 +500,67 @@ pub fn preference(images: &[Image]) -> Vec<usize> {
 /// generic one) takes [`select`]'s choice on every device, moving only GPU
 /// images: a host entry stays where it is and the GPU images fill the GPU
 /// places in [`preference`] order. `None` when the table's own order
-/// already gives that choice: a caller then hands the original on. For
-/// AMD GPUs that is decided on every device that can run one of the
-/// images ([`first_fit_agrees`]), so a table whose inversions never meet
-/// on one device (`gfx908` before `gfx90a:xnack+`) is left alone.
+/// already gives that choice ([`first_fit_agrees`]): a caller then hands
+/// the original on. A table whose inversions never meet on one device
+/// (`gfx908` before `gfx90a:xnack+`, as in clang's bundles) is left alone.
 pub fn first_fit_order(images: &[Image]) -> Option<Vec<usize>> {
+    if first_fit_agrees(images) {
+        return None;
+    }
     let is_gpu = |i: usize| images[i].triple.gpu_vendor().is_some();
     let mut gpu = preference(images).into_iter().filter(|&i| is_gpu(i));
-    let order: Vec<usize> = (0..images.len())
-        .map(|at| {
-            if is_gpu(at) {
-                gpu.next().unwrap_or(at)
-            } else {
-                at
-            }
-        })
-        .collect();
-    let moved = order.iter().enumerate().any(|(at, &i)| at != i);
-    (moved && !first_fit_agrees(images)).then_some(order)
+    Some(
+        (0..images.len())
+            .map(|at| {
+                if is_gpu(at) {
+                    gpu.next().unwrap_or(at)
+                } else {
+                    at
+                }
+            })
+            .collect(),
+    )
 }
 
 /// Whether taking the first compatible image in table order gives
-/// [`select`]'s choice on every device that can run one of `images`: each
-/// specific AMD processor they name or that belongs to a generic family
-/// they name, with every known setting of its features. `false` for a
-/// table with NVIDIA images (they are not enumerated here).
+/// [`select`]'s choice on every device whose feature settings are known.
+/// It does unless some image comes before one [`preference`] puts first
+/// and a device can run both (the first-fit runtime would take the worse):
+/// checked pair by pair, on each specific AMD processor the two name or
+/// whose generic family one of them names, with every known setting of its
+/// features. A pair with NVIDIA code counts as meeting (capabilities are not
+/// enumerated here), so such a table is reordered.
 pub fn first_fit_agrees(images: &[Image]) -> bool {
-    let mut processors: Vec<&'static Processor> = Vec::new();
-    for image in images {
-        match &image.arch {
-            Arch::Amdgpu(id) if id.processor.is_generic() => processors.extend(
-                Processor::all()
-                    .iter()
-                    .filter(|p| p.generic().is_some_and(|g| g.name == id.processor.name)),
-            ),
-            Arch::Amdgpu(id) => processors.push(id.processor),
-            Arch::Nvptx(_) => return false,
-            _ => {}
+    let fits: Vec<Fit> = images.iter().map(static_fit).collect();
+    (0..images.len()).all(|later| {
+        (0..later)
+            .all(|earlier| fits[later] <= fits[earlier] || !meet(&images[earlier], &images[later]))
+    })
+}
+
+/// Whether some device with known settings can run both `a` and `b`.
+fn meet(a: &Image, b: &Image) -> bool {
+    let (x, y) = match (&a.arch, &b.arch) {
+        (Arch::Amdgpu(x), Arch::Amdgpu(y)) => (x, y),
+        (Arch::Nvptx(_), Arch::Nvptx(_)) => return true,
+        _ => return false,
+    };
+    let members = |id: &TargetId| -> Vec<&'static Processor> {
+        if id.processor.is_generic() {
+            Processor::all()
+                .iter()
+                .filter(|p| p.generic().is_some_and(|g| g.name == id.processor.name))
+                .collect()
+        } else {
+            vec![id.processor]
         }
-    }
-    processors.sort_by_key(|p| p.name);
-    processors.dedup_by_key(|p| p.name);
+    };
+    let (xs, ys) = (members(x), members(y));
     let policy = Policy::default();
-    processors
-        .into_iter()
+    xs.into_iter()
+        .filter(|p| ys.iter().any(|q| q.name == p.name))
         .flat_map(known_settings)
-        .all(|device| {
-            let first = (0..images.len()).find(|&i| check(&device, &images[i], &policy).is_ok());
-            first == select(&device, images, &policy).chosen
-        })
+        .any(|device| check(&device, a, &policy).is_ok() && check(&device, b, &policy).is_ok())
 }
 
 /// `processor` with each setting a runtime can report for the features it
