@@ -817,6 +817,61 @@ fn one_run_compacts_every_offload_section() {
     }
 }
 
+/// A library linked with 2 MiB pages (`-z max-page-size=0x200000`, as
+/// NVIDIA's and many vendors' libraries are): the code objects that go free
+/// some 64 KiB, less than one page of the segment that holds them, which
+/// moves in the file only by whole pages. The report says so in those
+/// words (not "less than a page"), and the bytes become holes: the file
+/// keeps its length, the disk drops the blocks, and the bundler still
+/// lists and unbundles the kept code object byte for byte.
+#[test]
+fn bytes_that_free_no_segment_page_become_holes_and_the_report_says_why() {
+    let Some(e) = loader() else { return };
+    if probe().is_none() {
+        return;
+    }
+    let lib = e.build(
+        big_app(&["gfx90a", "gfx1100", "gfx906"])
+            .shared_library("libbig2m.so")
+            .arg("-Wl,-z,max-page-size=0x200000")
+            .arg("-Wl,-z,separate-loadable-segments"),
+    );
+    let out_dir = temp_dir();
+    let (code, text) = slim(&[
+        lib.to_str().unwrap(),
+        "--device",
+        "gfx90a:sramecc+:xnack-",
+        "--output",
+        out_dir.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let holes = &report["files"][0]["holes"][0];
+    assert_eq!(holes["section"], ".hip_fatbin", "{text}");
+    let reason = holes["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("do not free one of the 2097152-byte pages its segment is aligned to"),
+        "{reason}"
+    );
+    assert!(holes["bytes"].as_u64().unwrap() > 65536, "{text}");
+    let out = out_dir.join("libbig2m.so");
+    use std::os::unix::fs::MetadataExt;
+    let (before, after) = (
+        std::fs::metadata(&lib).unwrap(),
+        std::fs::metadata(&out).unwrap(),
+    );
+    assert_eq!(after.len(), before.len());
+    assert!(after.blocks() * 512 + 65536 <= before.blocks() * 512);
+    let section = |f: &Path| temp_file(&e.tc.section_bytes(f, ".hip_fatbin").unwrap());
+    let (old, new) = (section(&lib), section(&out));
+    let mut ids = e.tc.bundler_list(&new).unwrap();
+    ids.sort();
+    let id = "hipv4-amdgcn-amd-amdhsa--gfx90a";
+    assert_eq!(ids, [id, "host-x86_64-unknown-linux-gnu-"]);
+    assert!(e.tc.unbundle(&new, id).unwrap() == e.tc.unbundle(&old, id).unwrap());
+}
+
 /// A HIP library for a machine whose relocations the patcher does not
 /// rewrite (ppc64le: clang-22 and ld.lld build it here): the section cannot
 /// be compacted, so it is rewritten in place. The file keeps its length and

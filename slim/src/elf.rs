@@ -584,6 +584,21 @@ struct Layout {
     code: Vec<(u64, u64)>,
 }
 
+/// Why compaction frees nothing though `removable` bytes could go: `None`
+/// (nothing to gain) when they are less than a 4 KiB page; else an error
+/// that says so in the segment's own page, `granule` bytes (up to 2 MiB:
+/// a segment moves in the file by whole multiples of its alignment), after
+/// which they are left as holes instead.
+fn too_little(removable: u64, granule: u64) -> Result<Option<Layout>, Unsafe> {
+    if removable < PAGE {
+        return Ok(None);
+    }
+    Err(unsafe_(format!(
+        "the {removable} bytes that could go do not free one of the {granule}-byte pages its \
+         segment is aligned to"
+    )))
+}
+
 impl Layout {
     /// The layout of the compacted file; `None` when it frees no page.
     fn plan(t: &Target<'_>, map: &Map) -> Result<Option<Layout>, Unsafe> {
@@ -692,7 +707,7 @@ impl Layout {
         let (cut, v2) = if split {
             let v2 = (addr + size) / page * page;
             if v2 <= lv {
-                return Ok(None);
+                return too_little(size - map.new_size, page);
             }
             (lo + (v2 - lv), v2)
         } else {
@@ -713,7 +728,7 @@ impl Layout {
             )));
         }
         if shift == 0 {
-            return Ok(None);
+            return too_little(size - map.new_size, page);
         }
         let code = t
             .shdrs
