@@ -836,40 +836,64 @@ fn bytes_that_free_no_segment_page_become_holes_and_the_report_says_why() {
             .arg("-Wl,-z,max-page-size=0x200000")
             .arg("-Wl,-z,separate-loadable-segments"),
     );
-    let out_dir = temp_dir();
+    holes_in_hip_fatbin(
+        &e,
+        &lib,
+        "gfx90a:sramecc+:xnack-",
+        "do not free one of the 2097152-byte pages its segment is aligned to",
+        65536,
+        "hipv4-amdgcn-amd-amdhsa--gfx90a",
+    );
+}
+
+/// `lib` slimmed for `device` into a fresh directory where its
+/// `.hip_fatbin` can only get holes: the report names the section, a reason
+/// that says `why` and more than `bytes` bytes of holes; the result keeps
+/// the file's length and every section header while the disk drops at
+/// least that much; `clang-offload-bundler` on the section lists the host
+/// entry and `kept` alone, which it unbundles as the original's bytes.
+fn holes_in_hip_fatbin(
+    e: &Loader,
+    lib: &Path,
+    device: &str,
+    why: &str,
+    bytes: u64,
+    kept: &str,
+) -> Slimmed {
+    let out = slimmed(lib, &[device], &["--json"]);
     let (code, text) = slim(&[
         lib.to_str().unwrap(),
         "--device",
-        "gfx90a:sramecc+:xnack-",
-        "--output",
-        out_dir.to_str().unwrap(),
+        device,
+        "--dry-run",
         "--json",
     ]);
     assert_eq!(code, 0, "{text}");
     let report: serde_json::Value = serde_json::from_str(&text).unwrap();
     let holes = &report["files"][0]["holes"][0];
     assert_eq!(holes["section"], ".hip_fatbin", "{text}");
-    let reason = holes["reason"].as_str().unwrap();
-    assert!(
-        reason.contains("do not free one of the 2097152-byte pages its segment is aligned to"),
-        "{reason}"
-    );
-    assert!(holes["bytes"].as_u64().unwrap() > 65536, "{text}");
-    let out = out_dir.join("libbig2m.so");
+    assert!(holes["reason"].as_str().unwrap().contains(why), "{text}");
+    assert!(holes["bytes"].as_u64().unwrap() > bytes, "{text}");
     use std::os::unix::fs::MetadataExt;
     let (before, after) = (
-        std::fs::metadata(&lib).unwrap(),
+        std::fs::metadata(lib).unwrap(),
         std::fs::metadata(&out).unwrap(),
     );
     assert_eq!(after.len(), before.len());
-    assert!(after.blocks() * 512 + 65536 <= before.blocks() * 512);
+    assert!(
+        after.blocks() * 512 + bytes <= before.blocks() * 512,
+        "the disk keeps the blocks: {} -> {}",
+        before.blocks(),
+        after.blocks()
+    );
+    assert_eq!(e.tc.sections(&out).unwrap(), e.tc.sections(lib).unwrap());
     let section = |f: &Path| temp_file(&e.tc.section_bytes(f, ".hip_fatbin").unwrap());
-    let (old, new) = (section(&lib), section(&out));
+    let (old, new) = (section(lib), section(&out));
     let mut ids = e.tc.bundler_list(&new).unwrap();
     ids.sort();
-    let id = "hipv4-amdgcn-amd-amdhsa--gfx90a";
-    assert_eq!(ids, [id, "host-x86_64-unknown-linux-gnu-"]);
-    assert!(e.tc.unbundle(&new, id).unwrap() == e.tc.unbundle(&old, id).unwrap());
+    assert_eq!(ids, [kept, "host-x86_64-unknown-linux-gnu-"]);
+    assert!(e.tc.unbundle(&new, kept).unwrap() == e.tc.unbundle(&old, kept).unwrap());
+    out
 }
 
 /// A HIP library for a machine whose relocations the patcher does not
@@ -921,51 +945,16 @@ fn a_section_that_cannot_be_compacted_gets_holes() {
             .arg(&lib),
     );
 
-    let out_dir = temp_dir();
-    let (code, text) = slim(&[
-        lib.to_str().unwrap(),
-        "--device",
-        "gfx1100",
-        "--output",
-        out_dir.to_str().unwrap(),
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{text}");
-    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let holes = &report["files"][0]["holes"][0];
-    assert_eq!(holes["section"], ".hip_fatbin", "{text}");
-    assert!(
-        holes["reason"].as_str().unwrap().contains("machine 21"),
-        "{text}"
-    );
     // One gfx90a code object (32 KiB of data and its code) is gone.
-    assert!(holes["bytes"].as_u64().unwrap() > 32768, "{text}");
-    let out = out_dir.join("libk.so");
-    use std::os::unix::fs::MetadataExt;
-    let (before, after) = (
-        std::fs::metadata(&lib).unwrap(),
-        std::fs::metadata(&out).unwrap(),
+    holes_in_hip_fatbin(
+        &e,
+        &lib,
+        "gfx1100",
+        "machine 21",
+        32768,
+        "hipv4-amdgcn-amd-amdhsa--gfx1100",
     );
-    assert_eq!(after.len(), before.len());
-    assert!(
-        after.blocks() * 512 + 32768 <= before.blocks() * 512,
-        "the disk keeps the blocks: {} -> {}",
-        before.blocks(),
-        after.blocks()
-    );
-    assert_eq!(e.tc.sections(&out).unwrap(), e.tc.sections(&lib).unwrap());
-    // The bundler on the section: the host entry and gfx1100, byte for byte.
-    let section = |f: &Path| {
-        let bytes = e.tc.section_bytes(f, ".hip_fatbin").unwrap();
-        temp_file(&bytes)
-    };
-    let (old, new) = (section(&lib), section(&out));
-    let mut ids = e.tc.bundler_list(&new).unwrap();
-    ids.sort();
-    assert_eq!(ids.len(), 2, "{ids:?}");
-    assert!(ids[0].starts_with("hipv4-amdgcn-amd-amdhsa--gfx1100") && ids[1].starts_with("host-"));
-    let id = "hipv4-amdgcn-amd-amdhsa--gfx1100";
-    assert!(e.tc.unbundle(&new, id).unwrap() == e.tc.unbundle(&old, id).unwrap());
+    let old = temp_file(&e.tc.section_bytes(&lib, ".hip_fatbin").unwrap());
     assert!(e.tc.bundler_list(&old).unwrap().len() == 3);
 
     // The same library with an nvcc fat binary (sm_80 and sm_90a cubins of
@@ -1008,6 +997,7 @@ fn a_section_that_cannot_be_compacted_gets_holes() {
             .arg("--rename-section=.hip_fatbin=.nv_fatbin")
             .arg(&nv),
     );
+    let out_dir = temp_dir();
     let (code, text) = slim(&[
         nv.to_str().unwrap(),
         "--device",
