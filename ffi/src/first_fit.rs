@@ -25,17 +25,13 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use offload_loader::bundle::{write, Bundle};
-use offload_loader::registration::FatbinWrapper;
+use offload_loader::registration::{FatbinWrapper, WRAPPER_SIZE};
 use offload_loader::{Container, Limits};
 
-use crate::objects::Pinned;
-use crate::{process, registry};
+use crate::library::fatbin_bytes;
+use crate::registry::{self, HandleState};
+use crate::{process, slots};
 
-/// HIP's wrapper (clang CGCUDANV.cpp, `__CudaFatBinaryWrapper`): magic and
-/// version (4 bytes each), the bundle's address, an unused pointer.
-const WRAPPER_LEN: usize = 24;
-/// Where the wrapper holds the bundle's address.
-const POINTER_AT: usize = 8;
 /// The copied bundle's alignment: clang aligns `.hip_fatbin` to 4096, and
 /// so each code object in it (the bundler's `-bundle-align` for HIP).
 const BUNDLE_ALIGN: usize = 4096;
@@ -44,7 +40,7 @@ const BUNDLE_ALIGN: usize = 4096;
 /// library registered as `handle`: the program's own, or a reordered copy
 /// kept until [`release`].
 pub(crate) fn wrapper_for(wrapper: *const c_void, handle: usize) -> *const c_void {
-    let Some(copy) = reordered(wrapper as usize) else {
+    let Some(copy) = reordered(wrapper as usize, handle) else {
         return wrapper;
     };
     let handed = copy.as_ptr().cast();
@@ -60,19 +56,20 @@ pub(crate) fn release(handle: usize) {
     drop(copy);
 }
 
-/// The wrapper and bundle copy for the program's `wrapper`, when its bundle
-/// needs reordering and can be read.
-fn reordered(wrapper: usize) -> Option<Vec<u64>> {
-    // Both objects stay pinned, so mapped, while their bytes are read.
-    let wrapper_object = Pinned::find(wrapper)?;
-    // SAFETY: the span lies inside a loaded segment of an object pinned
-    // until the end of this function, which is the last use of the bytes.
-    let wrapper_bytes = unsafe { process::memory(wrapper..wrapper_object.segment.end) };
-    let wrapper_bytes = wrapper_bytes.get(..WRAPPER_LEN)?;
-    let fatbin = FatbinWrapper::parse(wrapper_bytes).ok()?.fatbin as usize;
-    let fatbin_object = Pinned::find(fatbin)?;
-    // SAFETY: as above, for the bundle's object.
-    let data = unsafe { process::memory(fatbin..fatbin_object.segment.end) };
+/// The wrapper and bundle copy for the program's `wrapper`, registered as
+/// `handle`, when its bundle needs reordering and can be read: where
+/// registration found them (its record, which pins their object).
+fn reordered(wrapper: usize, handle: usize) -> Option<Vec<u64>> {
+    let HandleState::Library(id) = registry::handle(handle) else {
+        return None;
+    };
+    let fatbin = slots::get(id)?.fatbin()?;
+    // SAFETY: registration parsed these bytes of the wrapper in a loaded
+    // segment of the object its record pins until unregistration.
+    let info =
+        FatbinWrapper::parse(unsafe { process::memory(wrapper..wrapper + WRAPPER_SIZE as usize) })
+            .ok()?;
+    let data = fatbin_bytes(&fatbin, process::locate)?;
     let limits = Limits::default();
     // Uncompressed bundles only (see above).
     let bundle = Bundle::parse(data, &limits).ok()?;
@@ -86,7 +83,7 @@ fn reordered(wrapper: usize) -> Option<Vec<u64>> {
         return None;
     };
     let bundle = write::reordered(&bundle, &order)?;
-    Some(laid_out(wrapper_bytes, &bundle))
+    Some(laid_out(info, &bundle))
 }
 
 /// The key of the last list of entry IDs whose own order gives this
@@ -103,15 +100,16 @@ fn table_key(bundle: &Bundle<'_>) -> u64 {
     hasher.finish().max(1)
 }
 
-/// One buffer holding a copy of `wrapper`, then `bundle` at the next
-/// [`BUNDLE_ALIGN`] boundary, with the copy's pointer set to it. Words, so
-/// that the wrapper is aligned as the struct is; the buffer is never grown,
-/// so the addresses hold while it lives.
-fn laid_out(wrapper: &[u8], bundle: &[u8]) -> Vec<u64> {
-    let mut buffer = vec![0u64; (WRAPPER_LEN + BUNDLE_ALIGN + bundle.len()).div_ceil(8)];
+/// One buffer holding `wrapper` pointed at `bundle`, which follows at the
+/// next [`BUNDLE_ALIGN`] boundary. Words, so that the wrapper is aligned as
+/// the struct is; the buffer is never grown, so the addresses hold while it
+/// lives.
+fn laid_out(wrapper: FatbinWrapper, bundle: &[u8]) -> Vec<u64> {
+    let size = WRAPPER_SIZE as usize;
+    let mut buffer = vec![0u64; (size + BUNDLE_ALIGN + bundle.len()).div_ceil(8)];
     let base = buffer.as_ptr() as usize;
     // A multiple of 8: `base` is 8-aligned, the boundary 4096-aligned.
-    let at = (base + WRAPPER_LEN).next_multiple_of(BUNDLE_ALIGN) - base;
+    let at = (base + size).next_multiple_of(BUNDLE_ALIGN) - base;
     let mut put = |offset: usize, bytes: &[u8]| {
         for (i, chunk) in bytes.chunks(8).enumerate() {
             let mut word = [0u8; 8];
@@ -119,8 +117,8 @@ fn laid_out(wrapper: &[u8], bundle: &[u8]) -> Vec<u64> {
             buffer[offset / 8 + i] = u64::from_ne_bytes(word);
         }
     };
-    put(0, wrapper);
-    put(POINTER_AT, &((base + at) as u64).to_ne_bytes());
+    let fatbin = (base + at) as u64;
+    put(0, &FatbinWrapper { fatbin, ..wrapper }.to_bytes());
     put(at, bundle);
     buffer
 }
@@ -135,9 +133,10 @@ mod tests {
             0x46, 0x50, 0x49, 0x48, 1, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0,
         ];
         let bundle: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
-        let buffer = laid_out(&wrapper, &bundle);
+        let buffer = laid_out(FatbinWrapper::parse(&wrapper).unwrap(), &bundle);
         let bytes: Vec<u8> = buffer.iter().flat_map(|w| w.to_ne_bytes()).collect();
         assert_eq!(bytes[..8], wrapper[..8]);
+        assert_eq!(bytes[16..24], wrapper[16..24]);
         let pointer = u64::from_ne_bytes(bytes[8..16].try_into().unwrap()) as usize;
         assert_eq!(pointer % BUNDLE_ALIGN, 0);
         let at = pointer - buffer.as_ptr() as usize;

@@ -173,13 +173,8 @@ impl Library {
         fatbin: Fatbin,
         locate: impl FnOnce(usize) -> Option<Located>,
     ) -> Library {
-        let segment = Pin::from_raw(fatbin.pin)
-            .and_then(|pin| pin.segment(fatbin.start))
-            .or_else(|| Some(locate(fatbin.start)?.segment));
-        // SAFETY: the range lies in a loaded segment of the registering
-        // object, which stays loaded until its destructor unregisters this fat
-        // binary; the library reaches these bytes only until `revoke`.
-        let bytes = segment.map(|s| unsafe { process::memory(fatbin.start..s.end) });
+        // The library reaches these bytes only until `revoke`.
+        let bytes = fatbin_bytes(&fatbin, locate);
         Library::new(
             id,
             Origin {
@@ -275,6 +270,22 @@ impl Library {
             }
         }
     }
+}
+
+/// The bytes of the fat binary `fatbin` records: from its address to the
+/// end of the segment that holds it, found in the registration's pinned
+/// object or else by `locate`; `None` when no loaded segment holds it. The
+/// caller uses them only while the registration lasts.
+pub(crate) fn fatbin_bytes(
+    fatbin: &Fatbin,
+    locate: impl FnOnce(usize) -> Option<Located>,
+) -> Option<&'static [u8]> {
+    let segment = Pin::from_raw(fatbin.pin)
+        .and_then(|pin| pin.segment(fatbin.start))
+        .or_else(|| Some(locate(fatbin.start)?.segment))?;
+    // SAFETY: the range lies in a loaded segment of the registering object,
+    // which stays loaded until its destructor unregisters this fat binary.
+    Some(unsafe { process::memory(fatbin.start..segment.end) })
 }
 
 /// A library entered by a reader: its memory stays mapped while this lives.
