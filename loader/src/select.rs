@@ -1319,25 +1319,11 @@ mod tests {
     /// the features it supports (a vendor runtime always knows them), and
     /// each NVIDIA capability.
     fn devices() -> Vec<DeviceTarget> {
-        use crate::target::{Feature, Processor, TargetId};
-        let mut devices = Vec::new();
-        for p in Processor::all().iter().filter(|p| !p.is_generic()) {
-            let known = |on: bool| {
-                if on {
-                    vec![FeatureSetting::On, FeatureSetting::Off]
-                } else {
-                    vec![FeatureSetting::Any]
-                }
-            };
-            for s in known(p.sramecc) {
-                for x in known(p.xnack) {
-                    let id = TargetId::new(p)
-                        .with(Feature::Sramecc, s)
-                        .with(Feature::Xnack, x);
-                    devices.push(DeviceTarget::Amdgpu(id));
-                }
-            }
-        }
+        let mut devices: Vec<DeviceTarget> = Processor::all()
+            .iter()
+            .filter(|p| !p.is_generic())
+            .flat_map(known_settings)
+            .collect();
         for sm in NV_SMS {
             devices.push(DeviceTarget::nvidia(
                 ComputeCapability::from_sm(sm).unwrap(),
