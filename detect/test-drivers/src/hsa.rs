@@ -115,6 +115,15 @@ impl Loaded {
     }
 }
 
+/// Runs `f` on the executable of handle `exe`, if there is one.
+fn with_executable<R>(exe: u64, f: impl FnOnce(&mut Executable) -> R) -> Option<R> {
+    EXECUTABLES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_mut(exe.wrapping_sub(1) as usize)
+        .map(f)
+}
+
 /// The memory of every loaded image, as (address, size).
 pub(crate) fn loaded_ranges() -> Vec<(usize, usize)> {
     EXECUTABLES
@@ -440,14 +449,10 @@ fn load_code_object(exe: u64, handle: u64, reader: u64) -> u32 {
         let path = std::path::Path::new(&dir).join(format!("{}.co", spec.target_id()));
         let _ = std::fs::write(path, image);
     }
-    if let Some(slot) = EXECUTABLES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_mut(exe.wrapping_sub(1) as usize)
-    {
-        slot.reader = reader;
-        slot.loaded = Loaded::new(image);
-    }
+    with_executable(exe, |e| {
+        e.reader = reader;
+        e.loaded = Loaded::new(image);
+    });
     SUCCESS
 }
 
@@ -460,13 +465,7 @@ pub extern "C" fn hsa_executable_freeze(_exe: u64, _options: *const c_char) -> u
 pub extern "C" fn hsa_executable_destroy(exe: u64) -> u32 {
     crate::in_driver(false, || {
         log_call(format!("hsa_executable_destroy {exe}"));
-        if let Some(slot) = EXECUTABLES
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(exe.wrapping_sub(1) as usize)
-        {
-            slot.loaded = None;
-        }
+        with_executable(exe, |e| e.loaded = None);
         SUCCESS
     })
 }
@@ -483,11 +482,8 @@ pub unsafe extern "C" fn hsa_executable_get_symbol_by_name(
     }
     // SAFETY: a NUL-terminated name (hsa.h).
     let wanted = unsafe { CStr::from_ptr(name) }.to_bytes();
-    let (reader, found) = {
-        let exes = EXECUTABLES.lock().unwrap_or_else(|e| e.into_inner());
-        let executable = exes.get(exe.wrapping_sub(1) as usize);
-        let found = executable.and_then(|e| {
-            let loaded = e.loaded.as_ref()?;
+    let (reader, found) = with_executable(exe, |e| {
+        let found = e.loaded.as_ref().and_then(|loaded| {
             let (name, value, size) = loaded.symbols.iter().find(|s| s.0.as_bytes() == wanted)?;
             Some(SymbolInfo {
                 kind: u32::from(name.ends_with(".kd")),
@@ -495,8 +491,9 @@ pub unsafe extern "C" fn hsa_executable_get_symbol_by_name(
                 size: *size,
             })
         });
-        (executable.map_or(0, |e| e.reader), found)
-    };
+        (e.reader, found)
+    })
+    .unwrap_or((0, None));
     if let Some(info) = found {
         let mut symbols = SYMBOLS.lock().unwrap_or_else(|e| e.into_inner());
         symbols.push(info);
