@@ -896,6 +896,69 @@ fn holes_in_hip_fatbin(
     out
 }
 
+/// A file that gives its offload containers' bytes to a second owner (here
+/// `.comment`'s header laid over them, as a crafted or damaged file does;
+/// a section name table so laid renames sections when they change) is
+/// left as it was, whether its containers are in an offload section or
+/// among host data (the section renamed `.rodata.kernels`): the report
+/// names the section that claims them, and the file keeps every byte.
+#[test]
+fn containers_whose_bytes_another_section_claims_are_left_alone() {
+    let Some(e) = loader() else { return };
+    let Some(objcopy) = tool("llvm-objcopy", 22) else {
+        return;
+    };
+    if probe().is_none() {
+        return;
+    }
+    let lib = e.build(big_app(&["gfx90a", "gfx1100"]).shared_library("libclaimed.so"));
+    let dir = temp_dir();
+    let renamed = dir.join("librenamed.so");
+    run_ok(
+        Command::new(&objcopy)
+            .arg("--rename-section=.hip_fatbin=.rodata.kernels")
+            .arg(&lib)
+            .arg(&renamed),
+    );
+    for (file, section) in [(lib.clone(), ".hip_fatbin"), (renamed, ".rodata.kernels")] {
+        // Both slim, as they are.
+        let (code, text) = slim(&[file.to_str().unwrap(), "--device", "gfx1100", "--dry-run"]);
+        assert_eq!(code, 0, "{section}: {text}");
+        let crafted = dir.join(format!("crafted{section}.so"));
+        std::fs::copy(&file, &crafted).unwrap();
+        let offload = e.tc.section(&crafted, section).unwrap();
+        let comment = e.tc.section(&crafted, ".comment").unwrap();
+        let mut bytes = std::fs::read(&crafted).unwrap();
+        let shoff = u64::from_le_bytes(bytes[0x28..0x30].try_into().unwrap());
+        let at = (shoff + comment.index * 64 + 0x18) as usize;
+        bytes[at..at + 8].copy_from_slice(&(offload.offset + 0x100).to_le_bytes());
+        std::fs::write(&crafted, &bytes).unwrap();
+        // llvm-readobj reads the overlap as written.
+        assert_eq!(
+            e.tc.section(&crafted, ".comment").unwrap().offset,
+            offload.offset + 0x100
+        );
+
+        let (code, text) = slim(&[
+            crafted.to_str().unwrap(),
+            "--device",
+            "gfx1100",
+            "--in-place",
+            "--json",
+        ]);
+        assert_eq!(std::fs::read(&crafted).unwrap(), bytes, "{section}: {text}");
+        assert_eq!(code, 0, "done, the section reported as left: {text}");
+        let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let left = &report["files"][0]["sections_left"][0];
+        assert_eq!(left["section"], section, "{text}");
+        let reason = left["reason"].as_str().unwrap();
+        assert!(
+            reason.contains(&format!("also section {} (.comment)", comment.index)),
+            "{text}"
+        );
+    }
+}
+
 /// A HIP library for a machine whose relocations the patcher does not
 /// rewrite (ppc64le: clang-22 and ld.lld build it here): the section cannot
 /// be compacted, so it is rewritten in place. The file keeps its length and

@@ -10,13 +10,16 @@
 //! bytes, written with holes for blocks of zeros) → `container` (one
 //! container rewritten with the format writers of `offload-loader`, packed
 //! or where it stands) → `elf` (the file compacted around one section) →
-//! this file ([`slim`]: which containers, which section, compacted or, where
-//! that is not safe, rewritten in place with [`Holes`]; what to report) →
+//! `claims` (no byte that would change is also another section's or a
+//! header table's) → this file ([`slim`]: which containers, which section,
+//! compacted or, where that is not safe, rewritten in place with
+//! [`Holes`]; what to report) →
 //! `file` ([`slim_file`]: the images each device selects, one pass per
 //! section, the result written, read back and verified, renamed into
 //! place).
 
 mod archive;
+mod claims;
 mod compare;
 mod container;
 mod elf;
@@ -441,6 +444,20 @@ fn rewrite<'a>(
     size: u64,
     c: Candidate<'a>,
 ) -> Result<Option<Compacted<'a>>, Unsafe> {
+    if data.starts_with(b"\x7fELF") {
+        // What changes: the containers among host data, or the whole
+        // section (compacted, or its containers rewritten in it).
+        let ranges: Vec<(u64, u64)> = if c.among_host_data {
+            c.placed
+                .iter()
+                .filter(|p| !p.same)
+                .map(|p| (offset + p.old, p.old_len))
+                .collect()
+        } else {
+            vec![(offset, size)]
+        };
+        claims::sole_owner(data, &ranges)?;
+    }
     if c.among_host_data {
         let why = Unsafe::new(
             "its containers lie among host data, which stays where it is: they are rewritten \
