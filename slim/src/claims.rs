@@ -20,11 +20,8 @@ type Header = elf::FileHeader64<LE>;
 /// ELF file `data` lies in one section only, the one that holds it whole,
 /// and in no header table.
 pub(crate) fn sole_owner(data: &[u8], ranges: &[(u64, u64)]) -> Result<(), Unsafe> {
-    let refuse = |why: String| Unsafe {
-        why,
-        in_place: false,
-    };
-    let bad = |e: object::Error| refuse(format!("its ELF headers cannot be read: {e}"));
+    let bad =
+        |e: object::Error| Unsafe::not_in_place(format!("its ELF headers cannot be read: {e}"));
     let header = Header::parse(data).map_err(bad)?;
     let e = header.endian().map_err(bad)?;
     let shdrs = header.section_headers(e, data).map_err(bad)?;
@@ -44,37 +41,36 @@ pub(crate) fn sole_owner(data: &[u8], ranges: &[(u64, u64)]) -> Result<(), Unsaf
     ];
     for &range in ranges {
         if let Some((what, _)) = tables.iter().find(|(_, t)| meets(*t, range)) {
-            return Err(refuse(format!(
+            return Err(Unsafe::not_in_place(format!(
                 "the bytes at {:#x}..{:#x} that would change are also {what}'s",
                 range.0,
                 range.0.saturating_add(range.1)
             )));
         }
-        let mut owners = shdrs.iter().enumerate().filter_map(|(i, s)| {
-            let file = s.file_range(e)?;
-            meets(file, range).then_some((i, file))
-        });
-        let first = owners.next();
-        let second = owners.next();
-        let other = match (first, second) {
-            (Some((_, file)), None) if holds(file, range) => continue,
-            (Some((i, file)), None) => (i, file),
-            (_, Some(other)) => other,
-            (None, None) => continue,
+        // The section that holds the range whole is its owner; any other
+        // that shares a byte with it is a second one.
+        let meeting = || {
+            shdrs.iter().enumerate().filter_map(|(i, s)| {
+                let file = s.file_range(e)?;
+                meets(file, range).then_some((i, s, file))
+            })
+        };
+        let own = meeting().find(|m| holds(m.2, range)).map(|m| m.0);
+        let Some((other, s, file)) = meeting().find(|m| Some(m.0) != own) else {
+            continue;
         };
         let name = names
-            .and_then(|n| n.get(shdrs[other.0].sh_name(e)).ok())
+            .and_then(|n| s.name(e, n).ok())
             .map_or_else(String::new, |n| {
                 format!(" ({})", String::from_utf8_lossy(n))
             });
-        return Err(refuse(format!(
-            "the bytes at {:#x}..{:#x} that would change are also section {}{name}'s, at \
+        return Err(Unsafe::not_in_place(format!(
+            "the bytes at {:#x}..{:#x} that would change are also section {other}{name}'s, at \
              {:#x}..{:#x}",
             range.0,
             range.0.saturating_add(range.1),
-            other.0,
-            other.1 .0,
-            other.1 .0.saturating_add(other.1 .1),
+            file.0,
+            file.0.saturating_add(file.1),
         )));
     }
     Ok(())
@@ -93,6 +89,66 @@ fn holds(outer: (u64, u64), inner: (u64, u64)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An ELF64 file of 0x400 bytes with a null section, a name table and
+    /// `sections` (name offset, file offset, size), their headers at 0x300.
+    fn file(sections: &[(u32, u64, u64)]) -> Vec<u8> {
+        let mut data = vec![0u8; 0x400];
+        data[..4].copy_from_slice(b"\x7fELF");
+        data[4..7].copy_from_slice(&[2, 1, 1]);
+        data[0x10..0x12].copy_from_slice(&1u16.to_le_bytes());
+        data[0x12..0x14].copy_from_slice(&62u16.to_le_bytes());
+        data[0x14..0x18].copy_from_slice(&1u32.to_le_bytes());
+        data[0x28..0x30].copy_from_slice(&0x300u64.to_le_bytes());
+        data[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
+        data[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        let count = 2 + sections.len() as u16;
+        data[0x3c..0x3e].copy_from_slice(&count.to_le_bytes());
+        data[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
+        // The name table at 0x40.
+        data[0x40..0x4c].copy_from_slice(b"\0.big\0.kern\0");
+        let all = [(0, 0x40, 12)].into_iter().chain(sections.iter().copied());
+        for (i, (name, offset, size)) in all.enumerate() {
+            let h = 0x340 + 64 * i;
+            data[h..h + 4].copy_from_slice(&name.to_le_bytes());
+            let kind: u32 = if i == 0 { 3 } else { 1 };
+            data[h + 4..h + 8].copy_from_slice(&kind.to_le_bytes());
+            data[h + 0x18..h + 0x20].copy_from_slice(&offset.to_le_bytes());
+            data[h + 0x20..h + 0x28].copy_from_slice(&size.to_le_bytes());
+        }
+        data
+    }
+
+    #[test]
+    fn a_second_owner_is_named_whichever_comes_first() {
+        // `.kern` (section 3) alone holds its bytes.
+        let alone = file(&[(6, 0x100, 0x10), (6, 0x200, 0x80)]);
+        assert_eq!(sole_owner(&alone, &[(0x200, 0x80)]), Ok(()));
+        assert_eq!(sole_owner(&alone, &[(0x210, 0x10)]), Ok(()));
+        // `.big` over the start of `.kern`, before it in the table or after:
+        // named, not `.kern`.
+        for (sections, big) in [
+            ([(1, 0x100, 0x140), (6, 0x200, 0x80)], 2),
+            ([(6, 0x200, 0x80), (1, 0x100, 0x140)], 3),
+        ] {
+            let why = sole_owner(&file(&sections), &[(0x200, 0x80)]).unwrap_err();
+            assert!(!why.in_place);
+            assert!(
+                why.why.contains(&format!("section {big} (.big)'s")),
+                "{}",
+                why.why
+            );
+        }
+        // Part of a section, part outside it; a header table.
+        let why = sole_owner(&alone, &[(0x270, 0x20)]).unwrap_err();
+        assert!(why.why.contains("section 3 (.kern)'s"), "{}", why.why);
+        let why = sole_owner(&alone, &[(0x2f0, 0x20)]).unwrap_err();
+        assert!(
+            why.why.contains("the section header table's"),
+            "{}",
+            why.why
+        );
+    }
 
     #[test]
     fn ranges_meet_when_they_share_a_byte() {

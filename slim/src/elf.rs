@@ -68,6 +68,14 @@ impl Unsafe {
             in_place: true,
         }
     }
+
+    /// A file that cannot be rewritten even in place, for `why`.
+    pub(crate) fn not_in_place(why: impl Into<String>) -> Unsafe {
+        Unsafe {
+            why: why.into(),
+            in_place: false,
+        }
+    }
 }
 
 fn unsafe_(why: impl Into<String>) -> Unsafe {
@@ -473,11 +481,10 @@ impl Map {
         }
         self.map(value - base, point)
             .map(|v| Some(base + v))
-            .ok_or_else(|| Unsafe {
-                why: format!(
+            .ok_or_else(|| {
+                Unsafe::not_in_place(format!(
                     "something points to {value:#x}, which has no place in the result (inside a rewritten container, in one that goes, or where two places meet)"
-                ),
-                in_place: false,
+                ))
             })
     }
 
