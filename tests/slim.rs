@@ -899,8 +899,9 @@ fn holes_in_hip_fatbin(
 /// A file that gives its offload containers' bytes to a second owner (here
 /// `.comment`'s header laid over them, as a crafted or damaged file does;
 /// a section name table so laid renames sections when they change) is
-/// left as it was, whether its containers are in an offload section or
-/// among host data (the section renamed `.rodata.kernels`): the report
+/// left as it was: a shared library, an executable, an object and an
+/// archive of it with the containers in `.hip_fatbin`, and the library with
+/// them among host data (the section renamed `.rodata.kernels`). The report
 /// names the section that claims them, and the file keeps every byte.
 #[test]
 fn containers_whose_bytes_another_section_claims_are_left_alone() {
@@ -920,11 +921,21 @@ fn containers_whose_bytes_another_section_claims_are_left_alone() {
             .arg(&lib)
             .arg(&renamed),
     );
-    for (file, section) in [(lib.clone(), ".hip_fatbin"), (renamed, ".rodata.kernels")] {
-        // Both slim, as they are.
+    let exe = e.build(big_app(&["gfx90a", "gfx1100"]));
+    let obj = big_object(&e, &dir, &["gfx90a", "gfx1100"]);
+    let files = [
+        (lib.clone(), ".hip_fatbin"),
+        (renamed, ".rodata.kernels"),
+        (exe, ".hip_fatbin"),
+        (obj, ".hip_fatbin"),
+    ];
+    let mut crafted_object = None;
+    for (n, (file, section)) in files.into_iter().enumerate() {
+        // Each slims, as it is.
         let (code, text) = slim(&[file.to_str().unwrap(), "--device", "gfx1100", "--dry-run"]);
         assert_eq!(code, 0, "{section}: {text}");
-        let crafted = dir.join(format!("crafted{section}.so"));
+        let name = file.file_name().unwrap().to_str().unwrap();
+        let crafted = dir.join(format!("crafted{n}-{name}"));
         std::fs::copy(&file, &crafted).unwrap();
         let offload = e.tc.section(&crafted, section).unwrap();
         let comment = e.tc.section(&crafted, ".comment").unwrap();
@@ -956,7 +967,36 @@ fn containers_whose_bytes_another_section_claims_are_left_alone() {
             reason.contains(&format!("also section {} (.comment)", comment.index)),
             "{text}"
         );
+        if name.ends_with(".o") {
+            crafted_object = Some((crafted, comment.index));
+        }
     }
+
+    // The crafted object in an archive: its member is left, and the archive.
+    let (object, comment) = crafted_object.unwrap();
+    let archive = dir.join("libcrafted.a");
+    run_ok(Command::new("ar").arg("rcs").arg(&archive).arg(&object));
+    let bytes = std::fs::read(&archive).unwrap();
+    let (code, text) = slim(&[
+        archive.to_str().unwrap(),
+        "--device",
+        "gfx1100",
+        "--in-place",
+        "--json",
+    ]);
+    assert_eq!(std::fs::read(&archive).unwrap(), bytes, "{text}");
+    assert_eq!(code, 0, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let left = &report["files"][0]["sections_left"][0];
+    let member = object.file_name().unwrap().to_str().unwrap();
+    assert_eq!(left["section"], format!("{member}(.hip_fatbin)"), "{text}");
+    assert!(
+        left["reason"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("also section {comment} (.comment)")),
+        "{text}"
+    );
 }
 
 /// A HIP library for a machine whose relocations the patcher does not
