@@ -22,6 +22,8 @@ use object::elf;
 use object::read::elf::{SectionHeader, Sym};
 use object::LittleEndian as LE;
 
+mod x86_64;
+
 /// A reference into the range that no relocation describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reference {
@@ -123,7 +125,9 @@ impl Scan<'_> {
             let addr = s.sh_addr(self.endian);
             if flags & u64::from(elf::SHF_EXECINSTR) != 0 {
                 match self.machine {
-                    elf::EM_X86_64 => x86_64(bytes, addr, self.fixed, range, &mut found),
+                    elf::EM_X86_64 => {
+                        x86_64::references(bytes, addr, self.fixed, range, &mut found)
+                    }
                     elf::EM_AARCH64 => aarch64(bytes, addr, range, &mut found),
                     _ => {}
                 }
@@ -178,137 +182,6 @@ impl Scan<'_> {
             }
         }
     }
-}
-
-/// x86-64 code at `addr`: RIP-relative operands and near branches into the
-/// range; in a position-dependent file (`fixed`) also absolute
-/// displacements and immediates. A linear sweep, run in pieces in
-/// parallel: each piece is decoded from its own start, and the piece
-/// before it decodes on past that start until it reaches an instruction
-/// the piece's own decoding also starts at (from there both decode alike);
-/// each finding is taken from the decoding that is in step at its place,
-/// so the findings are those of one sweep from the start. A piece that
-/// does not fall in step soon enough makes it that one sweep.
-fn x86_64(bytes: &[u8], addr: u64, fixed: bool, range: Range, found: &mut Vec<Reference>) {
-    use rayon::prelude::*;
-    const PIECE: usize = 1 << 20;
-    let starts: Vec<usize> = (0..bytes.len()).step_by(PIECE).collect();
-    if starts.len() < 3 {
-        found.extend(sweep(bytes, addr, 0, None, fixed, range).0);
-        found.truncate(MAX);
-        return;
-    }
-    // Where each piece's own decoding starts its first instructions.
-    let heads: Vec<Vec<u64>> = starts
-        .par_iter()
-        .map(|&s| sweep_starts(bytes, addr, s))
-        .collect();
-    let pieces: Vec<(Vec<Reference>, Option<u64>)> = starts
-        .par_iter()
-        .enumerate()
-        .map(|(i, &s)| {
-            sweep(
-                bytes,
-                addr,
-                s,
-                heads.get(i + 1).map(|h| (starts[i + 1], &h[..])),
-                fixed,
-                range,
-            )
-        })
-        .collect();
-    if pieces.iter().any(|(_, end)| end.is_none()) {
-        found.extend(sweep(bytes, addr, 0, None, fixed, range).0);
-        found.truncate(MAX);
-        return;
-    }
-    // Piece i is in step from where piece i - 1 fell in step with it.
-    let mut from = addr;
-    for (refs, end) in pieces {
-        let end = end.unwrap_or(u64::MAX);
-        found.extend(refs.into_iter().filter(|r| r.from >= from && r.from < end));
-        from = end;
-    }
-    found.truncate(MAX);
-}
-
-/// How many instructions a piece's decoding may take to fall in step.
-const STEP: usize = 256;
-
-/// The addresses of the first [`STEP`] instructions decoded from offset `s`.
-fn sweep_starts(bytes: &[u8], addr: u64, s: usize) -> Vec<u64> {
-    use iced_x86::{Decoder, DecoderOptions};
-    let mut decoder = Decoder::with_ip(64, &bytes[s..], addr + s as u64, DecoderOptions::NONE);
-    let mut ins = iced_x86::Instruction::default();
-    let mut starts = Vec::with_capacity(STEP);
-    while decoder.can_decode() && starts.len() < STEP {
-        starts.push(decoder.ip());
-        decoder.decode_out(&mut ins);
-    }
-    starts
-}
-
-/// Decodes from offset `s`: the references found, and where it stopped: the
-/// end, or (with `next`, the next piece's offset and its first instruction
-/// addresses) the first instruction past that piece's start that its own
-/// decoding also starts at; `None` when there is none among them.
-fn sweep(
-    bytes: &[u8],
-    addr: u64,
-    s: usize,
-    next: Option<(usize, &[u64])>,
-    fixed: bool,
-    range: Range,
-) -> (Vec<Reference>, Option<u64>) {
-    use iced_x86::{Decoder, DecoderOptions, Instruction, OpKind, Register};
-    let mut found = Vec::new();
-    let mut decoder = Decoder::with_ip(64, &bytes[s..], addr + s as u64, DecoderOptions::NONE);
-    let mut ins = Instruction::default();
-    while decoder.can_decode() {
-        let ip = decoder.ip();
-        if let Some((n, heads)) = next {
-            if ip >= addr + n as u64 {
-                if heads.binary_search(&ip).is_ok() {
-                    return (found, Some(ip));
-                }
-                if heads.last().is_none_or(|&l| ip > l) {
-                    return (found, None);
-                }
-            }
-        }
-        decoder.decode_out(&mut ins);
-        if ins.is_invalid() || found.len() >= MAX {
-            continue;
-        }
-        let mut push = |to: u64| {
-            if range.contains(to) {
-                found.push(Reference {
-                    from: ins.ip(),
-                    to,
-                    kind: Kind::Code,
-                });
-            }
-        };
-        if ins.is_ip_rel_memory_operand() {
-            push(ins.ip_rel_memory_address());
-        } else if fixed
-            && ins.op_kinds().any(|k| k == OpKind::Memory)
-            && ins.memory_base() == Register::None
-            && ins.memory_index() == Register::None
-        {
-            push(ins.memory_displacement64());
-        }
-        for i in 0..ins.op_count() {
-            match ins.op_kind(i) {
-                OpKind::NearBranch64 => push(ins.near_branch64()),
-                OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64 if fixed => {
-                    push(ins.immediate(i))
-                }
-                _ => {}
-            }
-        }
-    }
-    (found, Some(u64::MAX))
 }
 
 /// AArch64 code at `addr`: `ADR`, `ADRP` (the page; exact when the next
@@ -429,54 +302,5 @@ mod tests {
         assert_eq!(to, vec![0x21010, 0x2000c]);
         // The literal load from 0x100c reaches 0x2000c: in range too.
         assert_eq!(found[1].from, 0x100c);
-    }
-
-    /// The pieces decoded in parallel find what one sweep finds, on bytes
-    /// that decode as anything (an LCG's output: no instruction boundary
-    /// is where a piece starts).
-    #[test]
-    fn x86_64_pieces_find_what_one_sweep_finds() {
-        let mut x = 0x1234_5678_9abc_def0u64;
-        let bytes: Vec<u8> = (0..(3 << 20) + 12345)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                (x >> 33) as u8
-            })
-            .collect();
-        let addr = 0x10_0000;
-        for (start, len) in [(0x4000_0000, 1 << 20), (0x2000_0000, 3 << 19)] {
-            let range = Range {
-                start,
-                end: start + len,
-            };
-            let (one, _) = sweep(&bytes, addr, 0, None, false, range);
-            let mut pieces = Vec::new();
-            x86_64(&bytes, addr, false, range, &mut pieces);
-            assert!(!one.is_empty() && one.len() < MAX, "{}", one.len());
-            assert_eq!(pieces, one);
-        }
-    }
-
-    #[test]
-    fn x86_64_rip_relative_and_absolute_operands() {
-        let range = Range {
-            start: 0x40_2000,
-            end: 0x40_3000,
-        };
-        // lea rdi, [rip + 0x1ff9] at 0x401000 (7 bytes: target 0x403000);
-        // mov edi, 0x402010 (absolute immediate).
-        let code = [
-            0x48, 0x8d, 0x3d, 0xf9, 0x1f, 0x00, 0x00, 0xbf, 0x10, 0x20, 0x40, 0x00,
-        ];
-        let mut found = Vec::new();
-        x86_64(&code, 0x40_1000, false, range, &mut found);
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].to, 0x40_3000);
-        found.clear();
-        x86_64(&code, 0x40_1000, true, range, &mut found);
-        assert_eq!(found.len(), 2, "{found:?}");
-        assert_eq!(found[1].to, 0x40_2010);
     }
 }
