@@ -23,6 +23,7 @@ use object::read::elf::{FileHeader, ProgramHeader, Rela, SectionHeader, Sym};
 use object::LittleEndian as LE;
 use offload_loader::discover::SectionRole;
 use offload_loader::SectionContainers;
+use rayon::prelude::*;
 
 type Header = elf::FileHeader64<LE>;
 type Shdr = elf::SectionHeader64<LE>;
@@ -192,25 +193,44 @@ impl OmpTable {
     }
 }
 
-/// Every relative relocation of a loaded file: place -> addend.
-fn relative_words(f: &Elf<'_>) -> std::collections::BTreeMap<u64, u64> {
+/// Every relative relocation of a loaded file: place -> addend (the last
+/// one, where two relocate one place).
+fn relative_words(f: &Elf<'_>) -> Words {
     let relative = match f.header.e_machine(LE) {
         elf::EM_X86_64 => elf::R_X86_64_RELATIVE,
         elf::EM_AARCH64 => elf::R_AARCH64_RELATIVE,
-        _ => return Default::default(),
+        _ => return Words(Vec::new()),
     };
-    let mut words = std::collections::BTreeMap::new();
+    let mut words = Vec::new();
     for (i, s) in f.shdrs.iter().enumerate() {
         if s.sh_type(LE) != elf::SHT_RELA || s.sh_flags(LE) & u64::from(elf::SHF_ALLOC) == 0 {
             continue;
         }
         for r in f.table::<elf::Rela64<LE>>(i).unwrap_or(&[]) {
             if r.r_type(LE, false) == relative && r.r_sym(LE, false) == 0 {
-                words.insert(r.r_offset(LE), r.r_addend(LE) as u64);
+                words.push((r.r_offset(LE), r.r_addend(LE) as u64));
             }
         }
     }
-    words
+    // Sorted by place, the last of each place first, then only it kept.
+    words.reverse();
+    words.sort_by_key(|&(at, _)| at);
+    words.dedup_by_key(|&mut (at, _)| at);
+    Words(words)
+}
+
+/// Relative relocations by place, ascending: a sorted table rather than a
+/// map (a library has hundreds of thousands).
+struct Words(Vec<(u64, u64)>);
+
+impl Words {
+    fn get(&self, at: u64) -> Option<u64> {
+        let i = self.0.binary_search_by_key(&at, |&(a, _)| a).ok()?;
+        Some(self.0[i].1)
+    }
+    fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.0.iter().copied()
+    }
 }
 
 /// The original's device-image table, if its images lie in the offload
@@ -223,13 +243,8 @@ fn omp_table(old: &Elf<'_>, new: &Elf<'_>, map: &Map) -> Result<Option<OmpTable>
     let into = |v: u64| map.inside(v).is_some() && !map.among_host_data(v);
     let slots: Vec<u64> = ow
         .iter()
-        .filter(|(&at, &v)| {
-            into(v)
-                && ow
-                    .get(&at.wrapping_add(8))
-                    .is_some_and(|&e| into(e) && e > v)
-        })
-        .map(|(&at, _)| at)
+        .filter(|&(at, v)| into(v) && ow.get(at.wrapping_add(8)).is_some_and(|e| into(e) && e > v))
+        .map(|(at, _)| at)
         .collect();
     let Some(&start) = slots.first() else {
         return Ok(None);
@@ -244,8 +259,8 @@ fn omp_table(old: &Elf<'_>, new: &Elf<'_>, map: &Map) -> Result<Option<OmpTable>
     }
     let desc = ow
         .iter()
-        .find(|(&at, &v)| v == start && at >= 8)
-        .map(|(&at, _)| at - 8)
+        .find(|&(at, v)| v == start && at >= 8)
+        .map(|(at, _)| at - 8)
         .ok_or("no descriptor points at the OpenMP device images")?;
     let count = |f: &Elf<'_>| -> Result<u64, String> {
         let segs = segments(f)?;
@@ -258,9 +273,7 @@ fn omp_table(old: &Elf<'_>, new: &Elf<'_>, map: &Map) -> Result<Option<OmpTable>
     if count(old)? != entries {
         return Err("the descriptor does not count the OpenMP device images".into());
     }
-    let field = |w: &std::collections::BTreeMap<u64, u64>, e: u64, k: u64| {
-        w.get(&start.wrapping_add(32 * e + 8 * k)).copied()
-    };
+    let field = |w: &Words, e: u64, k: u64| w.get(start.wrapping_add(32 * e + 8 * k));
     let mut next = 0u64;
     for e in 0..entries {
         let image = field(&ow, e, 0).unwrap_or(0);
@@ -1021,20 +1034,27 @@ fn compare_run(
         return Err(format!("code at {addr:#x} is no longer executable"));
     }
     let byte = |file: &[u8], k: u64| file.get(k as usize).copied().unwrap_or(0);
-    let mut k = 0u64;
     // Past both files' bytes, both images are zeros to the end of the run.
     let files = (ofile.len() as u64).max(nfile.len() as u64);
-    while k < span.min(files) {
-        // Fast path: equal runs of file bytes.
-        let run = (span.min(files) - k).min(4096);
-        let (a, b) = (
-            ofile.get(k as usize..(k + run) as usize),
-            nfile.get(k as usize..(k + run) as usize),
-        );
-        if a.is_some() && a == b {
-            k += run;
-            continue;
-        }
+    let len = span.min(files);
+    // Blocks of file bytes that are not equal, found on every core; only
+    // they are looked at byte by byte.
+    const BLOCK: u64 = 4096;
+    let block = |k: u64| (k, (len - k).min(BLOCK));
+    let blocks = usize::try_from(len.div_ceil(BLOCK)).map_err(|_| "an image too large")?;
+    let unequal: Vec<(u64, u64)> = (0..blocks)
+        .into_par_iter()
+        .with_min_len(256)
+        .map(|i| block(i as u64 * BLOCK))
+        .filter(|&(k, run)| {
+            let (a, b) = (
+                ofile.get(k as usize..(k + run) as usize),
+                nfile.get(k as usize..(k + run) as usize),
+            );
+            !(a.is_some() && a == b)
+        })
+        .collect();
+    for (k, run) in unequal {
         for x in k..k + run {
             if byte(ofile, x) == byte(nfile, x) {
                 continue;
@@ -1055,7 +1075,6 @@ fn compare_run(
                 ));
             }
         }
-        k += run;
     }
     Ok(addr + span)
 }

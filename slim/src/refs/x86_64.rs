@@ -137,10 +137,11 @@ fn places(
             p += 1;
             continue;
         };
+        // Offsets near the range are added below.
         while mask != 0 {
             let q = p + mask.trailing_zeros() as usize;
             mask &= mask - 1;
-            if place(bytes, addr, fixed, range, q) {
+            if reaches(bytes, addr, range, q) {
                 places.push(q);
             }
         }
@@ -168,13 +169,10 @@ fn places(
 /// Whether `b` (after `before`) opens a field that may refer elsewhere: a
 /// RIP-relative ModRM byte (`mod = 00`, `r/m = 101`; also EIP-relative,
 /// with a 0x67 prefix), or the last opcode byte of a 32-bit near branch
-/// (call E8, jmp E9, jcc 0F 8x, xbegin C7 F8: its ModRM byte F8).
+/// (call E8, jmp E9, jcc 0F 8x, xbegin C7 F8: its ModRM byte F8). F9 too,
+/// which opens nothing: the four are `b & 0xee == 0xe8`, one compare.
 fn opens(b: u8, before: Option<u8>) -> bool {
-    b & 0xc7 == 0x05
-        || b == 0xe8
-        || b == 0xe9
-        || b == 0xf8
-        || (b & 0xf0 == 0x80 && before == Some(0x0f))
+    b & 0xc7 == 0x05 || b & 0xee == 0xe8 || (b & 0xf0 == 0x80 && before == Some(0x0f))
 }
 
 /// Bit `j` set where offset `p + j` follows a byte that [`opens`] a field,
@@ -193,7 +191,7 @@ fn openers(bytes: &[u8], p: usize) -> Option<u64> {
     };
     let escape_before = p >= 2 && bytes[p - 2] == 0x0f;
     let escapes = eq(0xff, 0x0f) << 8 | u64::from(escape_before) << 7;
-    let high = eq(0xc7, 0x05) | eq(0xfe, 0xe8) | eq(0xff, 0xf8) | (eq(0xf0, 0x80) & escapes);
+    let high = eq(0xc7, 0x05) | eq(0xee, 0xe8) | (eq(0xf0, 0x80) & escapes);
     // One bit per byte: byte j's high bit to bit j.
     Some(((high >> 7) & ONES).wrapping_mul(0x0102_0408_1020_4080) >> 56)
 }
@@ -204,30 +202,37 @@ fn place(bytes: &[u8], addr: u64, fixed: bool, range: Range, p: usize) -> bool {
     if range.overlaps(at.saturating_sub(127), at.saturating_add(129)) {
         return true;
     }
+    let b = p.checked_sub(1).and_then(|i| bytes.get(i)).copied();
+    let before = p.checked_sub(2).and_then(|i| bytes.get(i)).copied();
+    if b.is_some_and(|b| opens(b, before)) && reaches(bytes, addr, range, p) {
+        return true;
+    }
+    fixed && {
+        let value = |n: usize| {
+            let mut w = [0u8; 8];
+            w[..n].copy_from_slice(bytes.get(p..p + n)?);
+            Some(u64::from_le_bytes(w))
+        };
+        let d = value(4).unwrap_or(u64::MAX);
+        range.contains(d)
+            || range.contains(d as u32 as i32 as i64 as u64)
+            || value(8).is_some_and(|w| range.contains(w))
+    }
+}
+
+/// Whether the 4-byte field at offset `p`, opened as a RIP-relative
+/// displacement or a branch's, reaches `range`, whatever immediate follows
+/// it (0 to 4 bytes): the target is the instruction's end plus the field.
+fn reaches(bytes: &[u8], addr: u64, range: Range, p: usize) -> bool {
     let Some(field) = bytes.get(p..p + 4) else {
         return false;
     };
-    let d = i32::from_le_bytes([field[0], field[1], field[2], field[3]]);
-    let b = p.checked_sub(1).and_then(|i| bytes.get(i)).copied();
-    let before = p.checked_sub(2).and_then(|i| bytes.get(i)).copied();
-    if b.is_some_and(|b| opens(b, before)) {
-        // Whatever immediate follows the field (0 to 4 bytes).
-        for end in 4..=8u64 {
-            let to = at.wrapping_add(end).wrapping_add(d as i64 as u64);
-            if range.contains(to) || range.contains(u64::from(to as u32)) {
-                return true;
-            }
-        }
-    }
-    if fixed {
-        let wide = bytes
-            .get(p..p + 8)
-            .map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]));
-        return range.contains(u64::from(d as u32))
-            || range.contains(d as i64 as u64)
-            || wide.is_some_and(|w| range.contains(w));
-    }
-    false
+    let d = i32::from_le_bytes([field[0], field[1], field[2], field[3]]) as i64 as u64;
+    let at = addr.wrapping_add(p as u64);
+    (4..=8u64).any(|end| {
+        let to = at.wrapping_add(end).wrapping_add(d);
+        range.contains(to) || range.contains(u64::from(to as u32))
+    })
 }
 
 /// Offsets whose decoded instructions make up one piece of the scan.
@@ -338,19 +343,21 @@ fn group(
     debug_assert!(from == 0 || lo - from >= LONGEST);
     let mut decoder = Decoder::with_ip(64, bytes, addr, DecoderOptions::NONE);
     let mut ins = Instruction::default();
-    let mut path = Vec::new();
+    // The decoding's instruction starts up to `lo`, one bit each.
+    let mut on_path = vec![0u64; (lo - from) / 64 + 1];
     let mut found = Vec::new();
     decoder.set_position(from).ok()?;
     decoder.set_ip(addr.wrapping_add(from as u64));
     while decoder.can_decode() && decoder.position() <= hi {
         let at = decoder.position();
-        path.push(at);
+        if at <= lo {
+            on_path[(at - from) / 64] |= 1 << ((at - from) % 64);
+        }
         decoder.decode_out(&mut ins);
         if at >= lo {
             push_operands(&ins, fixed, range, &mut found);
         }
     }
-    path.push(decoder.position());
     if from == 0 {
         return Some(found);
     }
@@ -361,7 +368,7 @@ fn group(
             if at > lo {
                 return None;
             }
-            if path.binary_search(&at).is_ok() {
+            if on_path[(at - from) / 64] >> ((at - from) % 64) & 1 == 1 {
                 break;
             }
             if !decoder.can_decode() {
