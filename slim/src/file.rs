@@ -240,6 +240,7 @@ fn slim_one(
             options,
             destination,
             source,
+            None,
         );
         return;
     }
@@ -253,7 +254,7 @@ fn slim_one(
             return;
         }
     };
-    let mut current = match scratch_copy(&scratch, path, &output) {
+    let mut current = match Scratch::new(&scratch, path, &output) {
         Ok(f) => f,
         Err(e) => {
             report.error = Some(e);
@@ -263,7 +264,7 @@ fn slim_one(
     drop(output);
     // Each pass compacts at least one section, or is the last.
     for _ in 0..sections.len() {
-        let now = match current.containers(&options.limits) {
+        let now = match current.map.containers(&options.limits) {
             Ok(s) => s,
             Err(e) => {
                 report.error = Some(format!("reading a pass's result back: {e}"));
@@ -277,7 +278,12 @@ fn slim_one(
             sections_left,
             holes,
             deferred,
-        } = crate::slim(current.bytes(), &now, &pass_plan.keep_fn(), &options.limits);
+        } = crate::slim(
+            current.map.bytes(),
+            &now,
+            &pass_plan.keep_fn(),
+            &options.limits,
+        );
         report.holes.extend(holes);
         // A section an earlier pass rewrote in place may come up again, to
         // be refused again: it is reported once, with its holes.
@@ -291,20 +297,33 @@ fn slim_one(
             .collect();
         merge(&mut report.containers, summaries, &now, &sections);
         let output = match output {
-            Some(out) if !deferred.is_empty() => match scratch_copy(&scratch, path, &out) {
-                Ok(f) => {
+            Some(out) if !deferred.is_empty() => {
+                // Written where it stands when it only rewrites bytes there,
+                // else to a new scratch file.
+                let next = if out.edits(current.map.bytes()) {
+                    let written = out.write_edits(current.temp.file());
                     drop(out);
-                    current = f;
-                    continue;
+                    written
+                        .map_err(|e| format!("{}: writing a pass's result: {e}", scratch.display()))
+                        .and_then(|()| Scratch::mapped(current.temp))
+                } else {
+                    Scratch::new(&scratch, path, &out)
+                };
+                match next {
+                    Ok(next) => {
+                        current = next;
+                        continue;
+                    }
+                    Err(e) => {
+                        report.error = Some(e);
+                        return;
+                    }
                 }
-                Err(e) => {
-                    report.error = Some(e);
-                    return;
-                }
-            },
+            }
             Some(out) => out,
-            None => crate::Output::whole(current.bytes()),
+            None => crate::Output::whole(current.map.bytes()),
         };
+        let base = Some((current.temp, current.map.bytes()));
         finish(
             report,
             output,
@@ -313,10 +332,12 @@ fn slim_one(
             options,
             destination,
             source,
+            base,
         );
         return;
     }
-    let output = crate::Output::whole(current.bytes());
+    let output = crate::Output::whole(current.map.bytes());
+    let base = Some((current.temp, current.map.bytes()));
     finish(
         report,
         output,
@@ -325,11 +346,15 @@ fn slim_one(
         options,
         destination,
         source,
+        base,
     );
 }
 
 /// The result `output` reported, and written where `destination` says
 /// (read back and verified against the original's `sections` first).
+/// `base`: the last pass's result, in a scratch file beside the
+/// destination, and its bytes; `output` may be an edit of them.
+#[allow(clippy::too_many_arguments)]
 fn finish(
     report: &mut FileReport,
     output: crate::Output<'_>,
@@ -338,6 +363,7 @@ fn finish(
     options: &Options,
     destination: &Destination,
     source: &Source<'_>,
+    base: Option<(Temp, &[u8])>,
 ) {
     report.after = output.len();
     let target = match destination {
@@ -366,7 +392,15 @@ fn finish(
         chosen: &plan.chosen,
         containers: &report.containers,
     };
-    match write_verified(&target, source, &output, &expected, options, destination) {
+    match write_verified(
+        &target,
+        source,
+        &output,
+        base,
+        &expected,
+        options,
+        destination,
+    ) {
         Ok(notes) => {
             report.written = true;
             report.notes = notes;
@@ -410,14 +444,29 @@ fn dir_of(path: &Path) -> PathBuf {
     }
 }
 
-/// `output` written to an unnamed scratch file in `dir`, and mapped: the
-/// mapping is all there is of it, and a kill leaves nothing.
-fn scratch_copy(dir: &Path, path: &Path, output: &crate::Output<'_>) -> Result<MappedFile, String> {
-    let mut temp = Temp::new(dir, path, "pass").map_err(|e| e.to_string())?;
-    output
-        .write_sparse(temp.file())
-        .map_err(|e| format!("{}: writing a pass's result: {e}", dir.display()))?;
-    MappedFile::open(temp.path()).map_err(|e| format!("reading a pass's result back: {e}"))
+/// A pass's result in a scratch file (unnamed where the file system allows:
+/// a kill leaves nothing), and mapped.
+struct Scratch {
+    temp: Temp,
+    map: MappedFile,
+}
+
+impl Scratch {
+    /// `output` written to a scratch file in `dir`, and mapped.
+    fn new(dir: &Path, path: &Path, output: &crate::Output<'_>) -> Result<Scratch, String> {
+        let mut temp = Temp::new(dir, path, "pass").map_err(|e| e.to_string())?;
+        output
+            .write_sparse(temp.file())
+            .map_err(|e| format!("{}: writing a pass's result: {e}", dir.display()))?;
+        Scratch::mapped(temp)
+    }
+
+    /// The scratch file `temp`, mapped.
+    fn mapped(temp: Temp) -> Result<Scratch, String> {
+        let map = MappedFile::open(temp.path())
+            .map_err(|e| format!("reading a pass's result back: {e}"))?;
+        Ok(Scratch { temp, map })
+    }
 }
 
 /// Puts a later pass's summaries of the sections it rewrote in place of
@@ -822,6 +871,7 @@ fn write_verified(
     target: &Path,
     source: &Source<'_>,
     output: &crate::Output<'_>,
+    base: Option<(Temp, &[u8])>,
     expected: &Expected<'_, '_>,
     options: &Options,
     destination: &Destination,
@@ -833,9 +883,20 @@ fn write_verified(
         _ => Strictness::Copy,
     };
     let attributes = source.input.attributes().map_err(|e| e.to_string())?;
-    let mut temp = Temp::new(&dir, target, "result").map_err(|e| e.to_string())?;
     let io = |e: std::io::Error| format!("{}: writing the result: {e}", dir.display());
-    output.write_sparse(temp.file()).map_err(io)?;
+    // A last pass that only rewrote bytes where they stand finishes its
+    // base's scratch file; otherwise the result is written anew.
+    let mut temp = match base {
+        Some((mut temp, bytes)) if output.edits(bytes) => {
+            output.write_edits(temp.file()).map_err(io)?;
+            temp
+        }
+        _ => {
+            let mut temp = Temp::new(&dir, target, "result").map_err(|e| e.to_string())?;
+            output.write_sparse(temp.file()).map_err(io)?;
+            temp
+        }
+    };
     // After the bytes: a write clears setuid bits and capabilities.
     let notes = attributes
         .apply(temp.file(), strictness)
@@ -1063,6 +1124,7 @@ mod tests {
                 &target,
                 &source,
                 &crate::Output::whole(bytes),
+                None,
                 &expected,
                 &options,
                 &Destination::To(target.clone()),
@@ -1141,6 +1203,7 @@ mod tests {
                 &target,
                 &source,
                 &crate::Output::whole(&bytes),
+                None,
                 &expected,
                 &options,
                 &Destination::To(target.clone()),

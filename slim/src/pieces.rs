@@ -5,6 +5,8 @@
 
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 
 /// The block size holes are made of: the page size of the machines this
 /// runs on, and the block size of their usual file systems.
@@ -132,6 +134,41 @@ impl<'a> Output<'a> {
         file.set_len(self.len)
     }
 
+    /// Whether the output is `base` with some of its bytes made anew: as
+    /// long, and each copied piece `base`'s own bytes at their own offset.
+    pub fn edits(&self, base: &[u8]) -> bool {
+        let origin = base.as_ptr() as usize;
+        let mut pos = 0u64;
+        self.len == base.len() as u64
+            && self.pieces.iter().all(|piece| {
+                let at = pos;
+                pos += piece.len();
+                match piece {
+                    Piece::Copy(b) => {
+                        (b.as_ptr() as usize).checked_sub(origin) == Some(at as usize)
+                    }
+                    Piece::Owned(_) | Piece::Zeros(_) => true,
+                }
+            })
+    }
+
+    /// Writes into `file`, which holds the bytes the output
+    /// [edits](Output::edits), what the output makes anew: its new bytes where
+    /// they go, its zeros as holes where they fill whole 4 KiB blocks (as
+    /// [`Output::write_sparse`] leaves them), else written.
+    pub fn write_edits(&self, file: &File) -> io::Result<()> {
+        let mut pos = 0u64;
+        for piece in &self.pieces {
+            match piece {
+                Piece::Copy(_) => {}
+                Piece::Owned(b) => file.write_all_at(b, pos)?,
+                Piece::Zeros(n) => zero(file, pos, *n)?,
+            }
+            pos += piece.len();
+        }
+        Ok(())
+    }
+
     /// Bytes of the 4 KiB-aligned blocks (from the output's start) that
     /// lie wholly in runs of [`Piece::Zeros`].
     pub fn zero_blocks(&self) -> u64 {
@@ -170,6 +207,43 @@ impl<'a> Output<'a> {
     }
 }
 
+/// Zeros at `pos..pos + n` of `file`: the whole blocks among them a hole
+/// (`fallocate`, punching it, the file's length kept), the rest written; all
+/// written where the file system makes no holes.
+fn zero(file: &File, pos: u64, n: u64) -> io::Result<()> {
+    static ZEROS: [u8; BLOCK as usize] = [0; BLOCK as usize];
+    let end = pos.saturating_add(n);
+    let (first, last) = (pos.next_multiple_of(BLOCK).min(end), end / BLOCK * BLOCK);
+    let punched = last > first && {
+        let (offset, len) = (
+            i64::try_from(first).unwrap_or(i64::MAX),
+            i64::try_from(last - first).unwrap_or(i64::MAX),
+        );
+        // SAFETY: fallocate on a descriptor `file` owns; it reads no memory
+        // of ours, and where it fails nothing changed.
+        let rc = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                len,
+            )
+        };
+        rc == 0
+    };
+    let mut at = pos;
+    while at < end {
+        if punched && at == first {
+            at = last;
+            continue;
+        }
+        let step = (end - at).min(BLOCK - at % BLOCK);
+        file.write_all_at(&ZEROS[..step as usize], at)?;
+        at += step;
+    }
+    Ok(())
+}
+
 /// A writer that seeks over aligned blocks of zeros.
 struct Sparse<W: Write + Seek> {
     w: W,
@@ -178,17 +252,35 @@ struct Sparse<W: Write + Seek> {
 }
 
 impl<W: Write + Seek> Sparse<W> {
-    /// Writes `b`, each whole aligned block of zeros in it as a hole.
+    /// Writes `b`, each whole aligned block of zeros in it as a hole; a run
+    /// of blocks that are not is written with one call (straight from `b`,
+    /// not through the buffer).
     fn bytes(&mut self, mut b: &[u8]) -> io::Result<()> {
+        const B: usize = BLOCK as usize;
+        let zero = |c: &[u8]| c.iter().all(|&x| x == 0);
         while !b.is_empty() {
             let n = ((BLOCK - self.pos % BLOCK) as usize).min(b.len());
-            let (chunk, rest) = b.split_at(n);
-            if n as u64 == BLOCK && chunk.iter().all(|&x| x == 0) {
-                self.w.seek(SeekFrom::Current(BLOCK as i64))?;
+            let (chunk, rest) = if n < B {
+                // Part of a block: written.
+                b.split_at(n)
             } else {
-                self.w.write_all(chunk)?;
-            }
-            self.pos += n as u64;
+                // Whole blocks from here: as many as are alike.
+                let holes = zero(&b[..B]);
+                let run = b.chunks_exact(B).take_while(|c| zero(c) == holes).count();
+                let (run, rest) = b.split_at(run * B);
+                if holes {
+                    let step = i64::try_from(run.len()).map_err(|_| {
+                        io::Error::new(io::ErrorKind::InvalidInput, "hole too large")
+                    })?;
+                    self.w.seek(SeekFrom::Current(step))?;
+                    self.pos += run.len() as u64;
+                    b = rest;
+                    continue;
+                }
+                (run, rest)
+            };
+            self.w.write_all(chunk)?;
+            self.pos += chunk.len() as u64;
             b = rest;
         }
         Ok(())
@@ -230,6 +322,79 @@ mod tests {
         o.pad_to(3);
         assert_eq!(o.len(), 6);
         assert_eq!(o.to_vec(), b"ab\0\0cd");
+    }
+
+    /// Copied bytes with blocks of zeros among runs of data, from an
+    /// aligned and an unaligned start: read back the same, the aligned
+    /// blocks of zeros as holes.
+    #[test]
+    fn copied_runs_of_data_and_zeros_read_back_the_same() {
+        let block = |fill: u8| vec![fill; BLOCK as usize];
+        let bytes: Vec<u8> = [1, 0, 0, 2, 3, 0, 4, 0, 0, 0]
+            .iter()
+            .flat_map(|&f| block(f))
+            .chain([5; 100])
+            .collect();
+        // Blocks that hold data: 5 from an aligned start; shifted by 100
+        // bytes, the runs of 2 and 3 blocks of zeros hold 1 and 2 whole ones.
+        for (lead, data) in [(0usize, 5), (100, 8)] {
+            let mut o = Output::default();
+            o.push(Piece::Owned(vec![9; lead]));
+            o.push(Piece::Copy(&bytes));
+            let path = std::env::temp_dir()
+                .join(format!("offload-slim-runs-{}-{lead}", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            let mut f = File::options()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .unwrap();
+            o.write_sparse(&mut f).unwrap();
+            drop(f);
+            let back = std::fs::read(&path).unwrap();
+            use std::os::unix::fs::MetadataExt;
+            let blocks = std::fs::metadata(&path).unwrap().blocks() * 512;
+            std::fs::remove_file(&path).unwrap();
+            assert!(back == o.to_vec(), "{lead}");
+            assert!(blocks <= data * BLOCK, "{lead}: {blocks}");
+        }
+    }
+
+    /// An output that edits its base: written into a file that holds the
+    /// base, it reads back as written whole, its whole blocks of zeros holes;
+    /// a copy from elsewhere, or of another length, is no edit.
+    #[test]
+    fn edits_written_where_they_stand_read_back_as_the_whole() {
+        let base: Vec<u8> = (0..10 * BLOCK as usize)
+            .map(|i| (i % 251) as u8 + 1)
+            .collect();
+        let mut o = Output::default();
+        o.push(Piece::Copy(&base[..100]));
+        o.push(Piece::Owned(b"new".to_vec()));
+        o.push(Piece::Copy(&base[103..5000]));
+        // Zeros from an unaligned start over 6 whole blocks.
+        o.push(Piece::Zeros(BLOCK * 7 - 5000 + 100));
+        o.push(Piece::Copy(&base[(BLOCK * 7 + 100) as usize..]));
+        assert!(o.edits(&base));
+        let path = std::env::temp_dir().join(format!("offload-slim-edits-{}", std::process::id()));
+        std::fs::write(&path, &base).unwrap();
+        let f = File::options().write(true).open(&path).unwrap();
+        o.write_edits(&f).unwrap();
+        drop(f);
+        use std::os::unix::fs::MetadataExt;
+        let blocks = std::fs::metadata(&path).unwrap().blocks() * 512;
+        let back = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(back == o.to_vec());
+        // Blocks 2 to 6 are holes: 5 of 10 keep data.
+        assert!(blocks <= 5 * BLOCK, "{blocks}");
+        // Copied from another offset, or shorter: no edit.
+        let mut moved = Output::default();
+        moved.push(Piece::Copy(&base[1..]));
+        moved.push(Piece::Owned(vec![0]));
+        assert!(!moved.edits(&base));
+        assert!(!Output::whole(&base[..100]).edits(&base));
+        assert!(Output::whole(&base).edits(&base));
     }
 
     /// Long runs of zeros become holes; the bytes read back are the same,
