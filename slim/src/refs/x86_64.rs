@@ -12,11 +12,11 @@
 //! decoding from any of 15 consecutive offsets is in step with the sweep
 //! once it reaches an instruction the sweep decodes.
 //!
-//! 1. [`places`]: every offset where such a field could lie: 4 bytes after
-//!    a RIP-relative ModRM byte or a branch opcode whose target, for any
-//!    immediate after them (0 to 4 bytes), is in the range; near the range
-//!    every offset; in a position-dependent file also every 4- and 8-byte
-//!    value in the range.
+//! 1. [`places`]: every offset where such a field could lie: the 4 bytes
+//!    after a RIP-relative ModRM byte or a branch opcode, where the target
+//!    they give, whatever immediate follows them (0 to 4 bytes), is in the
+//!    range; near the range every offset; in a position-dependent file also
+//!    every 4- and 8-byte value in the range.
 //! 2. [`possible_starts`]: the offsets up to 14 bytes before a place at
 //!    which one instruction decodes to a reference into the range. Each
 //!    instruction the sweep finds starts at one of them.
@@ -45,23 +45,14 @@ pub(super) fn references(
     found: &mut Vec<Reference>,
 ) {
     let starts = possible_starts(bytes, addr, fixed, range);
-    let refs = match starts.is_empty() {
-        true => Vec::new(),
-        false => in_step(bytes, addr, fixed, range, &starts, MAX)
-            .unwrap_or_else(|| sweep_all(bytes, addr, fixed, range)),
+    let refs = if starts.is_empty() {
+        Vec::new()
+    } else {
+        in_step(bytes, addr, fixed, range, &starts, MAX)
+            .unwrap_or_else(|| sweep_all(bytes, addr, fixed, range))
     };
-    // Under the fuzzers (`cargo fuzz` sets `cfg(fuzzing)`), every input is
-    // also swept whole: the two must agree.
     #[cfg(fuzzing)]
-    {
-        let (whole, _) = sweep(bytes, addr, 0, None, fixed, range);
-        let n = MAX.min(whole.len());
-        assert_eq!(
-            refs.get(..n),
-            Some(&whole[..n]),
-            "the places missed or added a reference"
-        );
-    }
+    fuzzing::agree(bytes, addr, fixed, range);
     found.extend(refs);
     found.truncate(MAX);
 }
@@ -475,6 +466,56 @@ fn sweep(
     (found, Some(u64::MAX))
 }
 
+/// Under the fuzzers (`cargo fuzz` sets `cfg(fuzzing)`) every code section
+/// is also swept whole: for the range asked about, and for the 16 MiB
+/// before the code and after it, where its data and the PLT are (ranges
+/// that hold no code: with the code's own branches in range, their places
+/// would cover a missed RIP-relative operand), all the findings must be
+/// the same.
+#[cfg(any(test, fuzzing))]
+mod fuzzing {
+    use super::*;
+
+    /// Every reference one sweep from the start finds, in order.
+    pub(super) fn sweep_every(
+        bytes: &[u8],
+        addr: u64,
+        fixed: bool,
+        range: Range,
+    ) -> Vec<Reference> {
+        let mut found = Vec::new();
+        let mut decoder = Decoder::with_ip(64, bytes, addr, DecoderOptions::NONE);
+        let mut ins = Instruction::default();
+        while decoder.can_decode() {
+            decoder.decode_out(&mut ins);
+            push_operands(&ins, fixed, range, &mut found);
+        }
+        found
+    }
+
+    /// Panics where the places and the decodings in step do not find what
+    /// the sweep finds.
+    #[cfg(fuzzing)]
+    pub(super) fn agree(bytes: &[u8], addr: u64, fixed: bool, range: Range) {
+        let end = addr.saturating_add(bytes.len() as u64);
+        let before = Range {
+            start: addr.saturating_sub(1 << 24),
+            end: addr.saturating_sub(1),
+        };
+        let after = Range {
+            start: end,
+            end: end.saturating_add(1 << 24),
+        };
+        for range in [range, before, after] {
+            let starts = possible_starts(bytes, addr, fixed, range);
+            if let Some(fast) = in_step(bytes, addr, fixed, range, &starts, usize::MAX) {
+                let whole = sweep_every(bytes, addr, fixed, range);
+                assert_eq!(fast, whole, "the places missed or added a reference");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -530,13 +571,7 @@ mod tests {
                 (0x10_0000, 0x18_0000, 0x18_0400, false),
             ] {
                 let range = Range { start, end };
-                let mut one = Vec::new();
-                let mut decoder = Decoder::with_ip(64, &bytes, addr, DecoderOptions::NONE);
-                let mut ins = Instruction::default();
-                while decoder.can_decode() {
-                    decoder.decode_out(&mut ins);
-                    push_operands(&ins, fixed, range, &mut one);
-                }
+                let one = fuzzing::sweep_every(&bytes, addr, fixed, range);
                 let starts = possible_starts(&bytes, addr, fixed, range);
                 let fast = in_step(&bytes, addr, fixed, range, &starts, usize::MAX);
                 let fast = fast.expect("the decodings fall in step");
@@ -591,13 +626,7 @@ mod tests {
         let mut total = 0;
         for (start, end) in ranges {
             let range = Range { start, end };
-            let mut one = Vec::new();
-            let mut decoder = Decoder::with_ip(64, bytes, addr, DecoderOptions::NONE);
-            let mut ins = Instruction::default();
-            while decoder.can_decode() {
-                decoder.decode_out(&mut ins);
-                push_operands(&ins, false, range, &mut one);
-            }
+            let one = fuzzing::sweep_every(bytes, addr, false, range);
             let starts = possible_starts(bytes, addr, false, range);
             let fast = in_step(bytes, addr, false, range, &starts, usize::MAX);
             assert_eq!(fast.as_ref(), Some(&one), "{start:#x}..{end:#x}");
