@@ -312,6 +312,25 @@ impl<W: Write + Seek> Sparse<W> {
 mod tests {
     use super::*;
 
+    /// `o` written sparse to a new file: the bytes read back, and the bytes
+    /// of the blocks the disk keeps for it.
+    fn written(o: &Output<'_>, tag: &str) -> (Vec<u8>, u64) {
+        use std::os::unix::fs::MetadataExt;
+        let path = std::env::temp_dir().join(format!("offload-slim-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut f = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        o.write_sparse(&mut f).unwrap();
+        drop(f);
+        let blocks = std::fs::metadata(&path).unwrap().blocks() * 512;
+        let back = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        (back, blocks)
+    }
+
     #[test]
     fn pieces_write_in_order() {
         let mut o = Output::default();
@@ -341,20 +360,7 @@ mod tests {
             let mut o = Output::default();
             o.push(Piece::Owned(vec![9; lead]));
             o.push(Piece::Copy(&bytes));
-            let path = std::env::temp_dir()
-                .join(format!("offload-slim-runs-{}-{lead}", std::process::id()));
-            let _ = std::fs::remove_file(&path);
-            let mut f = File::options()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .unwrap();
-            o.write_sparse(&mut f).unwrap();
-            drop(f);
-            let back = std::fs::read(&path).unwrap();
-            use std::os::unix::fs::MetadataExt;
-            let blocks = std::fs::metadata(&path).unwrap().blocks() * 512;
-            std::fs::remove_file(&path).unwrap();
+            let (back, blocks) = written(&o, &format!("runs-{lead}"));
             assert!(back == o.to_vec(), "{lead}");
             assert!(blocks <= data * BLOCK, "{lead}: {blocks}");
         }
@@ -411,22 +417,10 @@ mod tests {
         o.push(Piece::Zeros(100));
         o.push(Piece::Copy(b"end"));
         o.push(Piece::Zeros(1 << 20));
-        let path = std::env::temp_dir().join(format!("offload-slim-sparse-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let mut f = File::options()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
-        o.write_sparse(&mut f).unwrap();
-        drop(f);
         // Three MiB of zeros, three MiB of holes: the disk keeps a few blocks.
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(&path).unwrap();
-        assert_eq!(meta.len(), o.len());
-        assert!(meta.blocks() * 512 < 1 << 20, "{} blocks", meta.blocks());
-        let back = std::fs::read(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
+        let (back, blocks) = written(&o, "sparse");
+        assert_eq!(back.len() as u64, o.len());
+        assert!(blocks < 1 << 20, "{blocks} bytes of blocks");
         assert!(back == o.to_vec());
         // Only given zeros count: from byte 5 to 5 + 2^20, 255 whole
         // blocks; the last run, from 2^21 + 114 to the end, 255 more.
