@@ -26,6 +26,8 @@
 //!    it is that decoding. Where they do not fall in step, the sweep itself
 //!    ([`sweep_all`]).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use iced_x86::{Decoder, DecoderOptions, Instruction, OpKind, Register};
 use rayon::prelude::*;
 
@@ -44,12 +46,11 @@ pub(super) fn references(
     range: Range,
     found: &mut Vec<Reference>,
 ) {
-    let starts = possible_starts(bytes, addr, fixed, range);
-    let refs = if starts.is_empty() {
-        Vec::new()
-    } else {
-        in_step(bytes, addr, fixed, range, &starts, MAX)
-            .unwrap_or_else(|| sweep_all(bytes, addr, fixed, range))
+    let refs = match possible_starts(bytes, addr, fixed, range, MOST_STARTS) {
+        Some(starts) if starts.is_empty() => Vec::new(),
+        Some(starts) => in_step(bytes, addr, fixed, range, &starts, MAX)
+            .unwrap_or_else(|| sweep_all(bytes, addr, fixed, range)),
+        None => sweep_all(bytes, addr, fixed, range),
     };
     #[cfg(fuzzing)]
     fuzzing::agree(bytes, addr, fixed, range);
@@ -229,21 +230,35 @@ fn reaches(bytes: &[u8], addr: u64, range: Range, p: usize) -> bool {
 /// Offsets whose decoded instructions make up one piece of the scan.
 const PIECE: usize = 1 << 20;
 
+/// At most this many starts are kept (8 MiB); code with more (hostile
+/// bytes) is swept whole instead.
+const MOST_STARTS: usize = 1 << 20;
+
 /// Every offset at which one instruction decodes to a reference into
 /// `range` and that lies at most 14 bytes before one of the [`places`],
-/// ascending.
-fn possible_starts(bytes: &[u8], addr: u64, fixed: bool, range: Range) -> Vec<usize> {
+/// ascending; `None` past `most` of them.
+fn possible_starts(
+    bytes: &[u8],
+    addr: u64,
+    fixed: bool,
+    range: Range,
+    most: usize,
+) -> Option<Vec<usize>> {
     let pieces: Vec<usize> = (0..bytes.len()).step_by(PIECE).collect();
-    let mut starts: Vec<usize> = pieces
+    let kept = AtomicUsize::new(0);
+    let pieces: Option<Vec<Vec<usize>>> = pieces
         .par_iter()
-        .flat_map_iter(|&first| {
+        .map(|&first| {
             let end = (first + PIECE).min(bytes.len());
-            piece_starts(bytes, addr, fixed, range, first..end)
+            let starts = piece_starts(bytes, addr, fixed, range, first..end);
+            let before = kept.fetch_add(starts.len(), Ordering::Relaxed);
+            (before + starts.len() <= most).then_some(starts)
         })
         .collect();
+    let mut starts = pieces?.concat();
     starts.sort_unstable();
     starts.dedup();
-    starts
+    Some(starts)
 }
 
 /// [`possible_starts`] for the places in `span`.
@@ -305,8 +320,10 @@ fn in_step(
     let found: Vec<Option<Vec<Reference>>> = groups
         .par_iter()
         .map(|&(lo, hi)| {
-            BACK.iter()
-                .find_map(|&back| group(bytes, addr, fixed, range, lo.saturating_sub(back), lo, hi))
+            BACK.iter().find_map(|&back| {
+                let from = lo.saturating_sub(back);
+                group(bytes, addr, fixed, range, from, (lo, hi), limit)
+            })
         })
         .collect();
     let mut all = Vec::new();
@@ -319,17 +336,18 @@ fn in_step(
     Some(all)
 }
 
-/// The references of the instructions at `lo..=hi` of the decoding from
-/// `from`, if the decodings from each of the 15 offsets at `from` fall in
-/// step with it by `lo` (or `from` is the start, where the sweep begins).
+/// The references (the first `limit` or a few more) of the instructions at
+/// `lo..=hi` of the decoding from `from`, if the decodings from each of the
+/// 15 offsets at `from` fall in step with it by `lo` (or `from` is the
+/// start, where the sweep begins).
 fn group(
     bytes: &[u8],
     addr: u64,
     fixed: bool,
     range: Range,
     from: usize,
-    lo: usize,
-    hi: usize,
+    (lo, hi): (usize, usize),
+    limit: usize,
 ) -> Option<Vec<Reference>> {
     debug_assert!(from == 0 || lo - from >= LONGEST);
     let mut decoder = Decoder::with_ip(64, bytes, addr, DecoderOptions::NONE);
@@ -345,7 +363,7 @@ fn group(
             on_path[(at - from) / 64] |= 1 << ((at - from) % 64);
         }
         decoder.decode_out(&mut ins);
-        if at >= lo {
+        if at >= lo && found.len() < limit {
             push_operands(&ins, fixed, range, &mut found);
         }
     }
@@ -507,7 +525,9 @@ mod fuzzing {
             end: end.saturating_add(1 << 24),
         };
         for range in [range, before, after] {
-            let starts = possible_starts(bytes, addr, fixed, range);
+            let Some(starts) = possible_starts(bytes, addr, fixed, range, MOST_STARTS) else {
+                continue;
+            };
             if let Some(fast) = in_step(bytes, addr, fixed, range, &starts, usize::MAX) {
                 let whole = sweep_every(bytes, addr, fixed, range);
                 assert_eq!(fast, whole, "the places missed or added a reference");
@@ -572,7 +592,8 @@ mod tests {
             ] {
                 let range = Range { start, end };
                 let one = fuzzing::sweep_every(&bytes, addr, fixed, range);
-                let starts = possible_starts(&bytes, addr, fixed, range);
+                let starts =
+                    possible_starts(&bytes, addr, fixed, range, MOST_STARTS).expect("few starts");
                 let fast = in_step(&bytes, addr, fixed, range, &starts, usize::MAX);
                 let fast = fast.expect("the decodings fall in step");
                 assert!(one.len() > 20, "{start:#x}: {}", one.len());
@@ -627,12 +648,33 @@ mod tests {
         for (start, end) in ranges {
             let range = Range { start, end };
             let one = fuzzing::sweep_every(bytes, addr, false, range);
-            let starts = possible_starts(bytes, addr, false, range);
+            let starts =
+                possible_starts(bytes, addr, false, range, MOST_STARTS).expect("few starts");
             let fast = in_step(bytes, addr, false, range, &starts, usize::MAX);
             assert_eq!(fast.as_ref(), Some(&one), "{start:#x}..{end:#x}");
             total += one.len();
         }
         assert!(total > 1000, "{total}");
+    }
+
+    /// Code that is nothing but references (calls to the next instruction,
+    /// the code its own range): past the most starts kept, none are, and
+    /// the whole sweep's findings are the answer.
+    #[test]
+    fn too_many_starts_are_swept_whole() {
+        let bytes: Vec<u8> = [0xe8, 0, 0, 0, 0].repeat(1 << 12);
+        let addr = 0x40_0000;
+        let range = Range {
+            start: addr,
+            end: addr + bytes.len() as u64,
+        };
+        let all = possible_starts(&bytes, addr, false, range, usize::MAX).expect("no limit");
+        assert!(all.len() >= 1 << 12, "{}", all.len());
+        assert_eq!(possible_starts(&bytes, addr, false, range, 100), None);
+        let mut found = Vec::new();
+        references(&bytes, addr, false, range, &mut found);
+        assert_eq!(found, sweep(&bytes, addr, 0, None, false, range).0);
+        assert_eq!(found.len(), MAX);
     }
 
     /// Fields the noise rarely isolates: each instruction alone in NOPs,
