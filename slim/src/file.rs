@@ -298,17 +298,9 @@ fn slim_one(
         merge(&mut report.containers, summaries, &now, &sections);
         let output = match output {
             Some(out) if !deferred.is_empty() => {
-                // Written where it stands when it only rewrites bytes there,
-                // else to a new scratch file.
-                let next = if out.edits(current.map.bytes()) {
-                    let written = out.write_edits(current.temp.file());
-                    drop(out);
-                    written
-                        .map_err(|e| format!("{}: writing a pass's result: {e}", scratch.display()))
-                        .and_then(|()| Scratch::mapped(current.temp))
-                } else {
-                    Scratch::new(&scratch, path, &out)
-                };
+                let base = Some((current.temp, current.map.bytes()));
+                let next = write_out(&out, base, &scratch, path, PASS).and_then(Scratch::mapped);
+                drop(out);
                 match next {
                     Ok(next) => {
                         current = next;
@@ -454,11 +446,7 @@ struct Scratch {
 impl Scratch {
     /// `output` written to a scratch file in `dir`, and mapped.
     fn new(dir: &Path, path: &Path, output: &crate::Output<'_>) -> Result<Scratch, String> {
-        let mut temp = Temp::new(dir, path, "pass").map_err(|e| e.to_string())?;
-        output
-            .write_sparse(temp.file())
-            .map_err(|e| format!("{}: writing a pass's result: {e}", dir.display()))?;
-        Scratch::mapped(temp)
+        write_out(output, None, dir, path, PASS).and_then(Scratch::mapped)
     }
 
     /// The scratch file `temp`, mapped.
@@ -466,6 +454,36 @@ impl Scratch {
         let map = MappedFile::open(temp.path())
             .map_err(|e| format!("reading a pass's result back: {e}"))?;
         Ok(Scratch { temp, map })
+    }
+}
+
+/// What a file [`write_out`] writes is: its temporary name's tag, and its
+/// name in errors.
+const PASS: (&str, &str) = ("pass", "a pass's result");
+const RESULT: (&str, &str) = ("result", "the result");
+
+/// `output` in a temporary file of `dir` (named like `like`, tagged as
+/// `kind` says): written into `base`, the previous pass's scratch file, and
+/// its bytes, where it only rewrites bytes there where they stand
+/// ([`crate::Output::edits`]); otherwise written anew, to a new file.
+fn write_out(
+    output: &crate::Output<'_>,
+    base: Option<(Temp, &[u8])>,
+    dir: &Path,
+    like: &Path,
+    (tag, what): (&str, &str),
+) -> Result<Temp, String> {
+    let io = |e: std::io::Error| format!("{}: writing {what}: {e}", dir.display());
+    match base {
+        Some((mut temp, bytes)) if output.edits(bytes) => {
+            output.write_edits(temp.file()).map_err(io)?;
+            Ok(temp)
+        }
+        _ => {
+            let mut temp = Temp::new(dir, like, tag).map_err(|e| e.to_string())?;
+            output.write_sparse(temp.file()).map_err(io)?;
+            Ok(temp)
+        }
     }
 }
 
@@ -884,19 +902,7 @@ fn write_verified(
     };
     let attributes = source.input.attributes().map_err(|e| e.to_string())?;
     let io = |e: std::io::Error| format!("{}: writing the result: {e}", dir.display());
-    // A last pass that only rewrote bytes where they stand finishes its
-    // base's scratch file; otherwise the result is written anew.
-    let mut temp = match base {
-        Some((mut temp, bytes)) if output.edits(bytes) => {
-            output.write_edits(temp.file()).map_err(io)?;
-            temp
-        }
-        _ => {
-            let mut temp = Temp::new(&dir, target, "result").map_err(|e| e.to_string())?;
-            output.write_sparse(temp.file()).map_err(io)?;
-            temp
-        }
-    };
+    let mut temp = write_out(output, base, &dir, target, RESULT)?;
     // After the bytes: a write clears setuid bits and capabilities.
     let notes = attributes
         .apply(temp.file(), strictness)
