@@ -950,17 +950,7 @@ fn containers_whose_bytes_another_section_claims_are_left_alone() {
             offload.offset + 0x100
         );
 
-        let (code, text) = slim(&[
-            crafted.to_str().unwrap(),
-            "--device",
-            "gfx1100",
-            "--in-place",
-            "--json",
-        ]);
-        assert_eq!(std::fs::read(&crafted).unwrap(), bytes, "{section}: {text}");
-        assert_eq!(code, 0, "done, the section reported as left: {text}");
-        let report: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let left = &report["files"][0]["sections_left"][0];
+        let (left, text) = left_in_place(&crafted);
         assert_eq!(left["section"], section, "{text}");
         let reason = left["reason"].as_str().unwrap();
         assert!(
@@ -976,18 +966,7 @@ fn containers_whose_bytes_another_section_claims_are_left_alone() {
     let (object, comment) = crafted_object.unwrap();
     let archive = dir.join("libcrafted.a");
     run_ok(Command::new("ar").arg("rcs").arg(&archive).arg(&object));
-    let bytes = std::fs::read(&archive).unwrap();
-    let (code, text) = slim(&[
-        archive.to_str().unwrap(),
-        "--device",
-        "gfx1100",
-        "--in-place",
-        "--json",
-    ]);
-    assert_eq!(std::fs::read(&archive).unwrap(), bytes, "{text}");
-    assert_eq!(code, 0, "{text}");
-    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let left = &report["files"][0]["sections_left"][0];
+    let (left, text) = left_in_place(&archive);
     let member = object.file_name().unwrap().to_str().unwrap();
     assert_eq!(left["section"], format!("{member}(.hip_fatbin)"), "{text}");
     assert!(
@@ -997,6 +976,31 @@ fn containers_whose_bytes_another_section_claims_are_left_alone() {
             .contains(&format!("also section {comment} (.comment)")),
         "{text}"
     );
+}
+
+/// `file` slimmed in place for gfx1100 (`--json`), which must leave every
+/// byte of it and exit 0: the first section it reports as left, and the
+/// report.
+fn left_in_place(file: &Path) -> (serde_json::Value, String) {
+    let bytes = std::fs::read(file).unwrap();
+    let (code, text) = slim(&[
+        file.to_str().unwrap(),
+        "--device",
+        "gfx1100",
+        "--in-place",
+        "--json",
+    ]);
+    let name = file.display();
+    assert!(
+        std::fs::read(file).unwrap() == bytes,
+        "{name} changed: {text}"
+    );
+    assert_eq!(
+        code, 0,
+        "{name}: done, the section reported as left: {text}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    (report["files"][0]["sections_left"][0].clone(), text)
 }
 
 /// A HIP library for a machine whose relocations the patcher does not
