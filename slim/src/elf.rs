@@ -295,6 +295,11 @@ pub fn compact<'a>(
     let Some(layout) = Layout::plan(&t, &map)? else {
         return Ok(None);
     };
+    // What refers into the section, and into what moves out of the
+    // program header table's way, is searched for at once.
+    let mut together = vec![(t.addr, t.addr + t.size)];
+    together.extend(layout.block.iter().map(|(b, _)| b.range()));
+    let scan = t.scan(&together);
     let mut patches = Patches::default();
     patches.put(t.phoff, &program_header_table(&t, &map, &layout)?);
     if layout.split {
@@ -311,7 +316,7 @@ pub fn compact<'a>(
         layout.cut,
         layout.shift,
     )?;
-    patch_references(&t, &map, &mut patches)?;
+    patch_references(&t, &map, &scan, &mut patches)?;
     patch_symbols(
         &mut patches,
         data,
@@ -325,7 +330,7 @@ pub fn compact<'a>(
         &|at| map.gone(at),
     )?;
     if let Some((block, to)) = &layout.block {
-        move_block(&t, &layout, block, *to, &mut patches)?;
+        move_block(&t, &layout, block, *to, &scan, &mut patches)?;
     }
     Ok(Some(write_loaded(&t, &layout, &patches, containers)))
 }
@@ -410,16 +415,18 @@ impl<'a> Target<'a> {
             .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
     }
 
-    /// The scan for references no relocation describes.
-    fn scan(&self) -> refs::Scan<'a> {
-        refs::Scan {
+    /// The scan for references no relocation describes, into the
+    /// `together` ranges (searched for at once) or any other.
+    fn scan(&self, together: &[(u64, u64)]) -> refs::Scan<'a> {
+        let file = refs::File {
             data: self.data,
             shdrs: self.shdrs,
             endian: self.endian,
             machine: self.machine,
             fixed: self.kind == elf::ET_EXEC,
             index: self.index,
-        }
+        };
+        refs::Scan::new(file, together)
     }
 }
 
@@ -864,7 +871,12 @@ fn program_header_table(t: &Target<'_>, map: &Map, l: &Layout) -> Result<Vec<u8>
 /// symbol + addend), RELR words, the fat-binary wrappers. Then what refers
 /// into it with no relocation ([`refs`]) refuses the move, and so does a
 /// section nothing was found to refer to (what does is unknown).
-fn patch_references(t: &Target<'_>, map: &Map, patches: &mut Patches) -> Result<(), Unsafe> {
+fn patch_references(
+    t: &Target<'_>,
+    map: &Map,
+    scan: &refs::Scan<'_>,
+    patches: &mut Patches,
+) -> Result<(), Unsafe> {
     let (e, addr) = (t.endian, t.addr);
     let remap_as = |v, b, p| map.remap_as(v, b, p);
     let remap = |v, b| map.remap(v, b);
@@ -930,9 +942,7 @@ fn patch_references(t: &Target<'_>, map: &Map, patches: &mut Patches) -> Result<
     // a position-dependent file, other sections' symbols): nothing of it is
     // rewritten, so nothing may move. The section's end included, though
     // another section may start there: code cannot say which it means.
-    let unseen = t
-        .scan()
-        .references(addr, addr + t.size, &|at| patches.covers(at));
+    let unseen = scan.references(addr, addr + t.size, &|at| patches.covers(at));
     if let Some(first) = unseen.first() {
         return Err(Unsafe {
             why: format!("{first}: compaction would move what it refers to"),
@@ -1092,13 +1102,14 @@ fn move_block(
     l: &Layout,
     b: &room::Block,
     to: u64,
+    scan: &refs::Scan<'_>,
     patches: &mut Patches,
 ) -> Result<(), Unsafe> {
     let e = t.endian;
     let file_delta = l.block_offset(to).wrapping_sub(b.offset);
     let delta = to - b.addr;
     let dynamic = move_dynamic_pointers(patches, t.data, t.shdrs, e, b, delta)?;
-    if let Some(why) = room::referenced(&t.scan(), b, &|at| dynamic.contains(&at)) {
+    if let Some(why) = room::referenced(scan, b, &|at| dynamic.contains(&at)) {
         return Err(unsafe_(format!(
             "the program header table has no room for one more entry, and what is in its way cannot move: {why}"
         )));

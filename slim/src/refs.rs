@@ -18,6 +18,8 @@
 //! Each finding is conservative: a decoded word that only looks like a
 //! reference keeps the section where it is, never the other way round.
 
+use std::cell::OnceCell;
+
 use object::elf;
 use object::read::elf::{SectionHeader, Sym};
 use object::LittleEndian as LE;
@@ -65,7 +67,7 @@ impl std::fmt::Display for Reference {
 }
 
 /// The file this scans: its headers, already parsed by the patcher.
-pub(crate) struct Scan<'d> {
+pub(crate) struct File<'d> {
     pub data: &'d [u8],
     pub shdrs: &'d [elf::SectionHeader64<LE>],
     pub endian: LE,
@@ -74,6 +76,17 @@ pub(crate) struct Scan<'d> {
     pub fixed: bool,
     /// The section that would move (skipped: its own bytes are GPU code).
     pub index: usize,
+}
+
+/// A file's scan for the references into some ranges: x86-64 code, most of
+/// the cost, is read once for all of them, when the first is asked about.
+pub(crate) struct Scan<'d> {
+    pub file: File<'d>,
+    /// The ranges asked about together.
+    together: Vec<Range>,
+    /// Per x86-64 code section (its index), the code's references into
+    /// each range of `together`.
+    code: OnceCell<Vec<(usize, Vec<Vec<Reference>>)>>,
 }
 
 /// Addresses `start..=end`.
@@ -95,7 +108,21 @@ impl Range {
 /// At most this many references are reported: one is enough to refuse.
 const MAX: usize = 16;
 
-impl Scan<'_> {
+impl<'d> Scan<'d> {
+    /// The scan of `file` for references into the `together` ranges
+    /// (`(start, end)`, as [`Scan::references`] takes them), whose code is
+    /// read once for all of them.
+    pub(crate) fn new(file: File<'d>, together: &[(u64, u64)]) -> Scan<'d> {
+        Scan {
+            file,
+            together: together
+                .iter()
+                .map(|&(start, end)| Range { start, end })
+                .collect(),
+            code: OnceCell::new(),
+        }
+    }
+
     /// The references into `start..=end` (its end included: a pointer to a
     /// section's end is a reference too), skipping data words at the file
     /// offsets `patched` says the patcher rewrites.
@@ -105,34 +132,33 @@ impl Scan<'_> {
         end: u64,
         patched: &dyn Fn(u64) -> bool,
     ) -> Vec<Reference> {
+        let f = &self.file;
         let mut found = Vec::new();
         let range = Range { start, end };
         self.symbols(range, &mut found);
-        for (i, s) in self.shdrs.iter().enumerate() {
+        for (i, s) in f.shdrs.iter().enumerate() {
             if found.len() >= MAX {
                 break;
             }
-            let flags = s.sh_flags(self.endian);
-            if i == self.index
+            let flags = s.sh_flags(f.endian);
+            if i == f.index
                 || flags & u64::from(elf::SHF_ALLOC) == 0
-                || s.sh_type(self.endian) == elf::SHT_NOBITS
+                || s.sh_type(f.endian) == elf::SHT_NOBITS
             {
                 continue;
             }
-            let Ok(bytes) = s.data(self.endian, self.data) else {
+            let Ok(bytes) = s.data(f.endian, f.data) else {
                 continue;
             };
-            let addr = s.sh_addr(self.endian);
+            let addr = s.sh_addr(f.endian);
             if flags & u64::from(elf::SHF_EXECINSTR) != 0 {
-                match self.machine {
-                    elf::EM_X86_64 => {
-                        x86_64::references(bytes, addr, self.fixed, range, &mut found)
-                    }
+                match f.machine {
+                    elf::EM_X86_64 => found.extend(self.x86_64(i, bytes, addr, range)),
                     elf::EM_AARCH64 => aarch64(bytes, addr, range, &mut found),
                     _ => {}
                 }
-            } else if self.fixed {
-                let offset = s.sh_offset(self.endian);
+            } else if f.fixed {
+                let offset = s.sh_offset(f.endian);
                 words(bytes, addr, offset, range, patched, &mut found);
             }
         }
@@ -140,21 +166,61 @@ impl Scan<'_> {
         found
     }
 
+    /// The references into `range` of section `i`, x86-64 code `bytes` at
+    /// `addr`: from the findings for all the ranges asked about together
+    /// where it is one of them.
+    fn x86_64(&self, i: usize, bytes: &[u8], addr: u64, range: Range) -> Vec<Reference> {
+        let asked = self
+            .together
+            .iter()
+            .position(|r| (r.start, r.end) == (range.start, range.end));
+        let Some(k) = asked else {
+            let mut found = x86_64::references(bytes, addr, self.file.fixed, &[range]);
+            return found.swap_remove(0);
+        };
+        let code = self.code.get_or_init(|| self.x86_64_code());
+        code.iter()
+            .find(|(s, _)| *s == i)
+            .map(|(_, found)| found[k].clone())
+            .unwrap_or_default()
+    }
+
+    /// The references of each x86-64 code section into each range asked
+    /// about together.
+    fn x86_64_code(&self) -> Vec<(usize, Vec<Vec<Reference>>)> {
+        let f = &self.file;
+        let mut code = Vec::new();
+        for (i, s) in f.shdrs.iter().enumerate() {
+            let flags = s.sh_flags(f.endian);
+            let wanted = u64::from(elf::SHF_ALLOC | elf::SHF_EXECINSTR);
+            if i == f.index || flags & wanted != wanted || s.sh_type(f.endian) == elf::SHT_NOBITS {
+                continue;
+            }
+            let Ok(bytes) = s.data(f.endian, f.data) else {
+                continue;
+            };
+            let addr = s.sh_addr(f.endian);
+            code.push((i, x86_64::references(bytes, addr, f.fixed, &self.together)));
+        }
+        code
+    }
+
     /// Symbols in the range that are not the section's own (those the
     /// patcher moves): absolute ones, and those of another section whose
     /// value is not at that section's own bounds.
     fn symbols(&self, range: Range, found: &mut Vec<Reference>) {
-        for s in self.shdrs {
-            if !matches!(s.sh_type(self.endian), elf::SHT_SYMTAB | elf::SHT_DYNSYM) {
+        let f = &self.file;
+        for s in f.shdrs {
+            if !matches!(s.sh_type(f.endian), elf::SHT_SYMTAB | elf::SHT_DYNSYM) {
                 continue;
             }
-            let Ok(syms) = s.data_as_array::<elf::Sym64<LE>, _>(self.endian, self.data) else {
+            let Ok(syms) = s.data_as_array::<elf::Sym64<LE>, _>(f.endian, f.data) else {
                 continue;
             };
             for sym in syms {
-                let (shndx, value) = (sym.st_shndx(self.endian), sym.st_value(self.endian));
+                let (shndx, value) = (sym.st_shndx(f.endian), sym.st_value(f.endian));
                 if shndx == elf::SHN_UNDEF
-                    || usize::from(shndx) == self.index
+                    || usize::from(shndx) == f.index
                     || sym.st_type() == elf::STT_SECTION
                     || sym.st_type() == elf::STT_FILE
                     || !range.contains(value)
@@ -163,13 +229,13 @@ impl Scan<'_> {
                 }
                 // An absolute symbol of a position-independent file is a
                 // number, not an address (`_binary_*_size`).
-                if shndx == elf::SHN_ABS && !self.fixed {
+                if shndx == elf::SHN_ABS && !f.fixed {
                     continue;
                 }
-                let own = self.shdrs.get(usize::from(shndx)).is_some_and(|o| {
+                let own = f.shdrs.get(usize::from(shndx)).is_some_and(|o| {
                     shndx < elf::SHN_LORESERVE && {
-                        let a = o.sh_addr(self.endian);
-                        value >= a && value <= a.saturating_add(o.sh_size(self.endian))
+                        let a = o.sh_addr(f.endian);
+                        value >= a && value <= a.saturating_add(o.sh_size(f.endian))
                     }
                 });
                 if !own {

@@ -42,6 +42,12 @@ impl Block {
     pub(crate) fn holds(&self, a: u64) -> bool {
         a >= self.addr && a - self.addr < self.len
     }
+
+    /// Its first and last address.
+    pub(crate) fn range(&self) -> (u64, u64) {
+        let end = self.addr.saturating_add(self.len).saturating_sub(1);
+        (self.addr, end)
+    }
 }
 
 /// The block of sections that must move so that the program header table
@@ -183,21 +189,20 @@ pub(crate) fn referenced(
     block: &Block,
     patched: &dyn Fn(u64) -> bool,
 ) -> Option<String> {
-    if let Some(r) = scan
-        .references(block.addr, block.addr + block.len - 1, patched)
-        .first()
-    {
+    let (start, end) = block.range();
+    if let Some(r) = scan.references(start, end, patched).first() {
         return Some(format!("{r}"));
     }
-    for s in scan.shdrs {
-        let ty = s.sh_type(scan.endian);
-        if ty == elf::SHT_RELA && s.sh_flags(scan.endian) & u64::from(elf::SHF_ALLOC) != 0 {
-            let Ok(relas) = s.data_as_array::<elf::Rela64<LE>, _>(scan.endian, scan.data) else {
+    let f = &scan.file;
+    for s in f.shdrs {
+        let ty = s.sh_type(f.endian);
+        if ty == elf::SHT_RELA && s.sh_flags(f.endian) & u64::from(elf::SHF_ALLOC) != 0 {
+            let Ok(relas) = s.data_as_array::<elf::Rela64<LE>, _>(f.endian, f.data) else {
                 return Some("a relocation section cannot be read".into());
             };
             for r in relas {
-                let place = r.r_offset.get(scan.endian);
-                let addend = r.r_addend.get(scan.endian) as u64;
+                let place = r.r_offset.get(f.endian);
+                let addend = r.r_addend.get(f.endian) as u64;
                 if block.holds(place) || block.holds(addend) {
                     return Some(format!(
                         "a relocation at {place:#x} refers to a section in the way"
