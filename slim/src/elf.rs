@@ -1321,6 +1321,52 @@ struct OmpTable {
 
 const IMAGE_ENTRY: u64 = 32;
 
+/// Every relative relocation of a file's `SHT_RELA` tables: where, and what
+/// it points to, sorted by where (of two at one place, the later).
+struct Words(Vec<(u64, u64)>);
+
+impl Words {
+    fn relative(
+        data: &[u8],
+        shdrs: &[elf::SectionHeader64<LE>],
+        endian: LE,
+        relative: u32,
+    ) -> Words {
+        let mut words = Vec::new();
+        for s in shdrs.iter().filter(|s| s.sh_type(endian) == elf::SHT_RELA) {
+            let Ok(relas) = s.data_as_array::<elf::Rela64<LE>, _>(endian, data) else {
+                continue;
+            };
+            words.extend(
+                relas
+                    .iter()
+                    .filter(|r| r.r_type(endian, false) == relative && r.r_sym(endian, false) == 0)
+                    .map(|r| (r.r_offset(endian), r.r_addend(endian) as u64)),
+            );
+        }
+        // Stable, and linear on tables already sorted, as linkers write them.
+        words.sort_by_key(|&(at, _)| at);
+        let mut last: Vec<(u64, u64)> = Vec::with_capacity(words.len());
+        for w in words {
+            match last.last_mut() {
+                Some(l) if l.0 == w.0 => *l = w,
+                _ => last.push(w),
+            }
+        }
+        Words(last)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// What the relocation at `at` points to.
+    fn get(&self, at: u64) -> Option<u64> {
+        let i = self.0.binary_search_by_key(&at, |&(a, _)| a).ok()?;
+        Some(self.0[i].1)
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn omp_table(
     data: &[u8],
@@ -1335,26 +1381,16 @@ fn omp_table(
     let Some(relative) = relative else {
         return Ok(None);
     };
-    // Every relative relocation: where, and what it points to.
-    let mut words: BTreeMap<u64, u64> = BTreeMap::new();
-    for s in shdrs.iter().filter(|s| s.sh_type(endian) == elf::SHT_RELA) {
-        let Ok(relas) = s.data_as_array::<elf::Rela64<LE>, _>(endian, data) else {
-            continue;
-        };
-        for r in relas {
-            if r.r_type(endian, false) == relative && r.r_sym(endian, false) == 0 {
-                words.insert(r.r_offset(endian), r.r_addend(endian) as u64);
-            }
-        }
-    }
+    let words = Words::relative(data, shdrs, endian, relative);
     let into = |v: u64| v >= addr && v <= addr + size;
     // Slots: ImageStart and ImageEnd both into the section.
     let slots: Vec<u64> = words
         .iter()
-        .filter(|(&at, &v)| into(v) && words.get(&(at + 8)).is_some_and(|&e| into(e) && e > v))
-        .map(|(&at, _)| at)
+        .filter(|&(at, v)| into(v) && words.get(at + 8).is_some_and(|e| into(e) && e > v))
+        .map(|(at, _)| at)
         .collect();
-    if slots.is_empty() || !slots.iter().any(|at| in_removed(words[at])) {
+    let value = |at: u64| words.get(at).unwrap_or_default();
+    if slots.is_empty() || !slots.iter().any(|&at| in_removed(value(at))) {
         return Ok(None);
     }
     let array = slots[0];
@@ -1369,16 +1405,15 @@ fn omp_table(
     // The descriptor: a pointer to the array, after the count.
     let desc = words
         .iter()
-        .filter(|(_, &v)| v == array)
-        .filter(|(&at, _)| at >= 8)
-        .map(|(&at, _)| at - 8)
+        .filter(|&(at, v)| v == array && at >= 8)
+        .map(|(at, _)| at - 8)
         .find(|&d| {
             file_offset(d)
                 .and_then(|f| data.get(f as usize..f as usize + 4))
                 .is_some_and(|b| u64::from(u32::from_le_bytes(b.try_into().unwrap())) == entries)
         })
         .ok_or_else(|| unsafe_("no __tgt_bin_desc counts the OpenMP device images"))?;
-    let gone: Vec<bool> = slots.iter().map(|at| in_removed(words[at])).collect();
+    let gone: Vec<bool> = slots.iter().map(|&at| in_removed(value(at))).collect();
     let kept = gone.iter().filter(|g| !**g).count() as u64;
     let mut next_kept = 0;
     let mut next_gone = kept;
