@@ -907,14 +907,26 @@ fn write_verified(
     let notes = attributes
         .apply(temp.file(), strictness)
         .map_err(|e| e.to_string())?;
-    temp.file().sync_all().map_err(io)?;
-    let verified = verify(
-        &temp.path(),
-        source.input.map().bytes(),
-        output,
-        expected,
-        options,
-    );
+    // The bytes go to the disk while they are read back: `fsync` waits on
+    // the device, the verification on the processors. Both end before the
+    // rename.
+    let written = temp.path();
+    let file: &fs::File = temp.file();
+    let (synced, verified) = std::thread::scope(|s| {
+        let synced = s.spawn(|| file.sync_all());
+        let verified = verify(
+            &written,
+            source.input.map().bytes(),
+            output,
+            expected,
+            options,
+        );
+        let synced = synced
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the fsync thread failed")));
+        (synced, verified)
+    });
+    synced.map_err(io)?;
     // A change to the input explains a failed verification first.
     source
         .input
