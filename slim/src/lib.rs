@@ -109,8 +109,9 @@ pub struct Holes {
 /// A raw container file is rewritten whole; an ELF file has its offload
 /// section compacted (one per pass: the one that frees most, the others are
 /// [`Slimmed::deferred`]), or, where that is not safe, rewritten in place
-/// with holes ([`Holes`]); an archive has each member compacted so, and its
-/// symbol index moved with the members.
+/// with holes ([`Holes`]), and in the same pass its sections of containers
+/// among host data rewritten in place; an archive has each member
+/// compacted so, and its symbol index moved with the members.
 pub fn slim<'a>(
     data: &'a [u8],
     sections: &[SectionContainers<'a>],
@@ -272,6 +273,27 @@ struct Done<'r> {
 }
 
 impl Done<'_> {
+    /// Records section `name`, at `base` in the file, rewritten where it
+    /// stands: `bytes` of zeros, the containers `whole` left whole.
+    fn record_holes(
+        &mut self,
+        name: String,
+        base: u64,
+        why: String,
+        bytes: u64,
+        whole: Vec<(u64, &'static str)>,
+    ) {
+        for (at, reason) in whole {
+            self.kept_whole.push((name.clone(), base + at, reason));
+        }
+        self.holes.push(Holes {
+            section: name.clone(),
+            why,
+            bytes,
+        });
+        self.compacted.push(name);
+    }
+
     /// Records what `compacted` says of section `name`, at `base` in the file.
     fn record<'a>(
         &mut self,
@@ -290,15 +312,7 @@ impl Done<'_> {
                 bytes,
                 whole,
             })) => {
-                for (at, reason) in whole {
-                    self.kept_whole.push((name.clone(), base + at, reason));
-                }
-                self.holes.push(Holes {
-                    section: name.clone(),
-                    why,
-                    bytes,
-                });
-                self.compacted.push(name);
+                self.record_holes(name, base, why, bytes, whole);
                 Some(output)
             }
             Ok(None) => {
@@ -344,7 +358,11 @@ fn section_name(s: &OffloadSection) -> String {
     }
 }
 
-/// A file that is not an archive: its one section that frees most compacted.
+/// A file that is not an archive: its one section that frees most compacted
+/// (the others wait for the next pass), and in the same pass each section
+/// whose containers lie among host data rewritten where it stands: its new
+/// bytes laid over the output where that copies its old ones
+/// ([`Output::overlay`]); where it cannot be, it waits too.
 fn file_output<'a>(
     data: &'a [u8],
     sections: &[SectionContainers<'a>],
@@ -353,15 +371,47 @@ fn file_output<'a>(
     done: &mut Done<'_>,
 ) -> Option<Output<'a>> {
     let mut output = None;
+    let mut in_place = Vec::new();
     for c in candidates {
         let s = &sections[c.section].section;
         let name = labels[c.section].clone();
-        if output.is_some() {
+        if c.among_host_data {
+            let rewritten = rewrite(data, s.file_offset, s.size, c);
+            in_place.push((name, s.file_offset, rewritten));
+        } else if output.is_some() {
             done.deferred.push(name);
-            continue;
+        } else {
+            let compacted = rewrite(data, s.file_offset, s.size, c);
+            output = done.record(name, s.file_offset, compacted);
         }
-        let compacted = rewrite(data, s.file_offset, s.size, c);
-        output = done.record(name, s.file_offset, compacted);
+    }
+    for (name, base, rewritten) in in_place {
+        output = match (output, rewritten) {
+            (None, rewritten) => done.record(name, base, rewritten),
+            (
+                Some(out),
+                Ok(Some(Compacted::Holes {
+                    output: edits,
+                    why,
+                    bytes,
+                    whole,
+                })),
+            ) => match out.overlay(data, edits) {
+                Ok(out) => {
+                    done.record_holes(name, base, why, bytes, whole);
+                    Some(out)
+                }
+                Err(out) => {
+                    done.deferred.push(name);
+                    Some(out)
+                }
+            },
+            (Some(out), rewritten) => {
+                // Left as it is, and why (it has no containers to pack).
+                done.record(name, base, rewritten);
+                Some(out)
+            }
+        };
     }
     output
 }

@@ -152,6 +152,77 @@ impl<'a> Output<'a> {
             })
     }
 
+    /// This output with `edits`, an output that [edits](Output::edits)
+    /// `base`, laid over it: each run of pieces of `edits` that are not
+    /// `base`'s own bytes at their own offset takes the place of those bytes
+    /// where this output copies them. `Err(self)` unless each such run of
+    /// `base` is copied here exactly once, whole, by a multiple of [`BLOCK`]
+    /// from where it was (its blocks of zeros stay whole blocks, holes as
+    /// they would be in `base`).
+    pub fn overlay(self, base: &'a [u8], edits: Output<'a>) -> Result<Output<'a>, Output<'a>> {
+        if !edits.edits(base) {
+            return Err(self);
+        }
+        let origin = base.as_ptr() as usize;
+        // Where each piece of this output copies from in `base`, if it does.
+        let source = |piece: &Piece<'_>| match piece {
+            Piece::Copy(b) => (b.as_ptr() as usize)
+                .checked_sub(origin)
+                .filter(|&at| at + b.len() <= base.len())
+                .map(|at| at as u64..(at + b.len()) as u64),
+            _ => None,
+        };
+        // Per piece of this output, the runs laid over it: (offset in the
+        // piece, length, pieces).
+        let mut over: Vec<Vec<(u64, u64, Vec<Piece<'a>>)>> = vec![Vec::new(); self.pieces.len()];
+        for (start, run) in runs(base, edits) {
+            let end = start + run.iter().map(Piece::len).sum::<u64>();
+            let mut pos = 0u64;
+            let mut place = None;
+            for (i, piece) in self.pieces.iter().enumerate() {
+                let at = pos;
+                pos += piece.len();
+                let Some(from) = source(piece) else {
+                    continue;
+                };
+                if from.end <= start || end <= from.start {
+                    continue;
+                }
+                if place.is_some() || start < from.start || from.end < end {
+                    return Err(self);
+                }
+                // Wrapping: 2^64 is a multiple of the block too.
+                let moved = (at + (start - from.start)).wrapping_sub(start);
+                if moved % BLOCK != 0 {
+                    return Err(self);
+                }
+                place = Some((i, start - from.start));
+            }
+            let Some((i, offset)) = place else {
+                return Err(self);
+            };
+            over[i].push((offset, end - start, run));
+        }
+        let mut out = Output::default();
+        for (piece, mut runs) in self.pieces.into_iter().zip(over) {
+            let Piece::Copy(bytes) = piece else {
+                out.push(piece);
+                continue;
+            };
+            runs.sort_by_key(|r| r.0);
+            let mut at = 0usize;
+            for (offset, len, run) in runs {
+                out.push(Piece::Copy(&bytes[at..offset as usize]));
+                for p in run {
+                    out.push(p);
+                }
+                at = (offset + len) as usize;
+            }
+            out.push(Piece::Copy(&bytes[at..]));
+        }
+        Ok(out)
+    }
+
     /// Writes into `file`, which holds the bytes the output
     /// [edits](Output::edits), what the output makes anew: its new bytes where
     /// they go, its zeros as holes where they fill whole 4 KiB blocks (as
@@ -205,6 +276,31 @@ impl<'a> Output<'a> {
         self.write_to(&mut out).expect("writing to a Vec");
         out
     }
+}
+
+/// The runs of pieces of `edits` (an output that [edits](Output::edits)
+/// `base`) that are not `base`'s own bytes at their own offset: (offset,
+/// pieces).
+fn runs<'a>(base: &'a [u8], edits: Output<'a>) -> Vec<(u64, Vec<Piece<'a>>)> {
+    let origin = base.as_ptr() as usize;
+    let mut runs: Vec<(u64, Vec<Piece<'a>>)> = Vec::new();
+    let mut pos = 0u64;
+    let mut open = false;
+    for piece in edits.pieces {
+        let at = pos;
+        pos += piece.len();
+        let own = matches!(&piece, Piece::Copy(b)
+            if (b.as_ptr() as usize).checked_sub(origin) == Some(at as usize));
+        match runs.last_mut() {
+            _ if own => open = false,
+            Some((_, run)) if open => run.push(piece),
+            _ => {
+                runs.push((at, vec![piece]));
+                open = true;
+            }
+        }
+    }
+    runs
 }
 
 /// Zeros at `pos..pos + n` of `file`: the whole blocks among them a hole
@@ -401,6 +497,57 @@ mod tests {
         assert!(!moved.edits(&base));
         assert!(!Output::whole(&base[..100]).edits(&base));
         assert!(Output::whole(&base).edits(&base));
+    }
+
+    /// Edits laid over an output that copies their base with a block cut
+    /// out: the bytes are the edited base with that block cut out; runs not
+    /// copied exactly once, whole, moved by whole blocks, refuse.
+    #[test]
+    fn edits_laid_over_a_moved_copy_are_the_edited_base_moved() {
+        let b = BLOCK as usize;
+        let base: Vec<u8> = (0..10 * b).map(|i| (i % 251) as u8 + 1).collect();
+        // Block 1 cut out: what follows moves back by a block.
+        let cut = |base: &[u8], block: usize| -> Vec<u8> {
+            [&base[..block], &base[2 * block..]].concat()
+        };
+        let mut packed = Output::default();
+        packed.push(Piece::Copy(&base[..b]));
+        packed.push(Piece::Copy(&base[2 * b..]));
+        // "xyz" at `new`, a block of zeros at `zeros`.
+        let edits = |new: usize, zeros: usize| {
+            let mut e = Output::default();
+            e.push(Piece::Copy(&base[..new]));
+            e.push(Piece::Owned(b"xyz".to_vec()));
+            e.push(Piece::Copy(&base[new + 3..zeros]));
+            e.push(Piece::Zeros(BLOCK));
+            e.push(Piece::Copy(&base[zeros + b..]));
+            e
+        };
+        let (new, zeros) = (5 * b + 10, 7 * b);
+        let laid = packed
+            .clone()
+            .overlay(&base, edits(new, zeros))
+            .expect("laid over");
+        assert_eq!(laid.len(), packed.len());
+        assert!(laid.to_vec() == cut(&edits(new, zeros).to_vec(), b));
+        // A run in the block cut out is not copied.
+        assert!(packed.clone().overlay(&base, edits(b + 10, zeros)).is_err());
+        // Copied twice.
+        let mut twice = packed.clone();
+        twice.push(Piece::Copy(&base[7 * b..8 * b]));
+        assert!(twice.overlay(&base, edits(new, zeros)).is_err());
+        // Split between two copies.
+        let mut split = Output::default();
+        split.push(Piece::Copy(&base[..7 * b + 100]));
+        split.push(Piece::Copy(&base[7 * b + 100..]));
+        assert!(split.overlay(&base, edits(new, zeros)).is_err());
+        // Moved by less than a block.
+        let mut shifted = Output::default();
+        shifted.push(Piece::Copy(&base[..100]));
+        shifted.push(Piece::Copy(&base[200..]));
+        assert!(shifted.overlay(&base, edits(new, zeros)).is_err());
+        // Not an edit of the base: refused whole.
+        assert!(packed.overlay(&base, Output::whole(&base[1..])).is_err());
     }
 
     /// Long runs of zeros become holes; the bytes read back are the same,
