@@ -107,6 +107,10 @@ struct Map {
     /// Whether another section starts where this one ends, so that a pointer
     /// to the end could as well be a pointer to that section's start.
     shared_end: bool,
+    /// Whether `moves` and `removed` are each in order of their old starts,
+    /// none empty and none overlapping another (what discovery finds): then
+    /// a place is looked up by binary search, else in each of them.
+    sorted: bool,
 }
 
 /// What a pointer is known to be.
@@ -126,19 +130,13 @@ impl Map {
     /// for a place that has no new one (inside a rewritten container, in or at
     /// the start of one that goes), or a boundary whose two readings differ.
     fn map(&self, at: u64, point: Point) -> Option<u64> {
-        let start = self.moves.iter().find(|m| m.0 == at).map(|m| m.2);
+        let start = self.starting(at).map(|m| m.2);
         let end = self
-            .moves
-            .iter()
-            .find(|m| m.0.checked_add(m.1) == Some(at))
+            .ending(at)
             .map(|m| m.2 + m.3)
             .or((at == self.old_size && !self.shared_end).then_some(self.new_size));
-        let inside = self
-            .moves
-            .iter()
-            .find(|m| m.4 && at > m.0 && at - m.0 < m.1)
-            .map(|m| m.2 + (at - m.0));
-        let removed_start = self.removed.iter().any(|r| r.0 == at);
+        let inside = self.inside_same(at).map(|m| m.2 + (at - m.0));
+        let removed_start = self.removed_at(at);
         match point {
             Point::Start if removed_start => None,
             Point::Start => start.or(inside),
@@ -161,11 +159,87 @@ impl Map {
     fn stays_in_place(&self, at: u64) -> bool {
         at == 0
             || at == self.old_size
-            || self
-                .moves
-                .iter()
-                .any(|m| at == m.0 || at == m.0 + m.1 || (m.4 && at > m.0 && at - m.0 < m.1))
+            || self.starting(at).is_some()
+            || self.ending(at).is_some()
+            || self.inside_same(at).is_some()
     }
+}
+
+/// A container's move: (old start, old length, new start, new length, same
+/// bytes).
+type Move = (u64, u64, u64, u64, bool);
+
+impl Map {
+    fn new(
+        moves: Vec<Move>,
+        removed: Vec<(u64, u64)>,
+        old_size: u64,
+        new_size: u64,
+        shared_end: bool,
+    ) -> Map {
+        let sorted = apart(moves.iter().map(|m| (m.0, m.1))) && apart(removed.iter().copied());
+        Map {
+            moves,
+            removed,
+            old_size,
+            new_size,
+            shared_end,
+            sorted,
+        }
+    }
+
+    /// The first move that starts at `at`.
+    fn starting(&self, at: u64) -> Option<&Move> {
+        if !self.sorted {
+            return self.moves.iter().find(|m| m.0 == at);
+        }
+        let i = self.moves.partition_point(|m| m.0 < at);
+        self.moves.get(i).filter(|m| m.0 == at)
+    }
+
+    /// The first move that ends at `at`.
+    fn ending(&self, at: u64) -> Option<&Move> {
+        if !self.sorted {
+            return self.moves.iter().find(|m| m.0.checked_add(m.1) == Some(at));
+        }
+        let i = self.moves.partition_point(|m| m.0 + m.1 < at);
+        self.moves.get(i).filter(|m| m.0 + m.1 == at)
+    }
+
+    /// The first move of a container kept as it was with `at` inside it,
+    /// past its start.
+    fn inside_same(&self, at: u64) -> Option<&Move> {
+        let inside = |m: &&Move| m.4 && at > m.0 && at - m.0 < m.1;
+        if !self.sorted {
+            return self.moves.iter().find(inside);
+        }
+        let i = self.moves.partition_point(|m| m.0 < at);
+        i.checked_sub(1)
+            .and_then(|i| self.moves.get(i))
+            .filter(inside)
+    }
+
+    /// Whether a container that goes starts at `at`.
+    fn removed_at(&self, at: u64) -> bool {
+        if !self.sorted {
+            return self.removed.iter().any(|r| r.0 == at);
+        }
+        self.removed.binary_search_by_key(&at, |r| r.0).is_ok()
+    }
+}
+
+/// Whether the extents `(start, length)` are in order of their starts, none
+/// empty, none past the end of the address space, and none overlapping the
+/// next.
+fn apart(extents: impl Iterator<Item = (u64, u64)>) -> bool {
+    let mut end = 0u64;
+    for (start, len) in extents {
+        match start.checked_add(len) {
+            Some(e) if len > 0 && start >= end => end = e,
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Patches to the original's bytes, by original file offset.
@@ -457,20 +531,19 @@ impl Map {
                     && s.sh_size(e) > 0
                     && Some(s.sh_addr(e)) == t.addr.checked_add(t.size)
             });
-        Some(Map {
-            moves,
-            removed,
-            old_size: t.size,
-            new_size,
-            shared_end,
-        })
+        Some(Map::new(moves, removed, t.size, new_size, shared_end))
     }
 
     /// Whether section offset `at` lies in a container that goes.
     fn gone(&self, at: u64) -> bool {
-        self.removed
-            .iter()
-            .any(|&(old, len)| at >= old && at - old < len)
+        let holds = |&(old, len): &(u64, u64)| at >= old && at - old < len;
+        if !self.sorted {
+            return self.removed.iter().any(holds);
+        }
+        let i = self.removed.partition_point(|r| r.0 <= at);
+        i.checked_sub(1)
+            .and_then(|i| self.removed.get(i))
+            .is_some_and(holds)
     }
 
     /// An address (or section offset, for objects: `base` 0) into the
@@ -1682,13 +1755,14 @@ mod tests {
     fn container_ends_and_unchanged_insides_move() {
         // A (0..100) rewritten to 40 bytes at 0; B (100..150) removed; C
         // (4096..4146) kept as it was, now at 64; the section 5000 -> 114.
-        let map = Map {
-            moves: vec![(0, 100, 0, 40, false), (4096, 50, 64, 50, true)],
-            removed: vec![(100, 50)],
-            old_size: 5000,
-            new_size: 114,
-            shared_end: false,
-        };
+        let map = Map::new(
+            vec![(0, 100, 0, 40, false), (4096, 50, 64, 50, true)],
+            vec![(100, 50)],
+            5000,
+            114,
+            false,
+        );
+        assert!(map.sorted);
         assert_eq!(map.map(0, Point::Start), Some(0));
         assert_eq!(map.map(100, Point::End), Some(40));
         assert_eq!(
@@ -1703,22 +1777,91 @@ mod tests {
         assert_eq!(map.map(100, Point::Start), None);
         assert_eq!(map.map(100, Point::Unknown), None);
         // Where two containers meet and move apart, an unknown pointer is refused.
-        let meet = Map {
-            moves: vec![
+        let meet = Map::new(
+            vec![
                 (0, 0x3000, 0, 0x1234, false),
                 (0x3000, 0x10, 0x2000, 0x10, true),
             ],
-            removed: vec![],
-            old_size: 0x3010,
-            new_size: 0x2010,
-            shared_end: true,
-        };
+            vec![],
+            0x3010,
+            0x2010,
+            true,
+        );
         assert_eq!(meet.map(0x3000, Point::Start), Some(0x2000));
         assert_eq!(meet.map(0x3000, Point::End), Some(0x1234));
         assert_eq!(meet.map(0x3000, Point::Unknown), None);
         // A container's end at the section's end is known; the bare section
         // end, shared with the next section, is not.
         assert_eq!(meet.map(0x3010, Point::End), Some(0x2010));
+    }
+
+    /// Lookups by binary search give what looking at every container
+    /// gives, for containers apart, adjacent, kept as they were or not, and
+    /// removed among them: at every offset near each edge.
+    #[test]
+    fn sorted_lookups_are_those_of_every_container() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..200 {
+            let (mut moves, mut removed) = (Vec::new(), Vec::new());
+            let (mut at, mut new) = (0u64, 0u64);
+            for _ in 0..next(12) {
+                at += next(3) * next(64);
+                let len = 1 + next(100);
+                if next(3) == 0 {
+                    removed.push((at, len));
+                } else {
+                    let same = next(2) == 0;
+                    let new_len = if same { len } else { 1 + next(len) };
+                    moves.push((at, len, new, new_len, same));
+                    new += new_len;
+                }
+                at += len;
+            }
+            let map = Map::new(moves, removed, at + next(3), new, next(2) == 0);
+            assert!(map.sorted);
+            let every = Map {
+                sorted: false,
+                moves: map.moves.clone(),
+                removed: map.removed.clone(),
+                ..map
+            };
+            let edges: Vec<u64> = map
+                .moves
+                .iter()
+                .map(|m| (m.0, m.1))
+                .chain(map.removed.iter().copied())
+                .flat_map(|(a, l)| [a, a + l])
+                .chain([0, map.old_size])
+                .collect();
+            for e in edges {
+                for at in e.saturating_sub(2)..e + 3 {
+                    for point in [Point::Start, Point::End, Point::Unknown] {
+                        assert_eq!(map.map(at, point), every.map(at, point), "{at} {point:?}");
+                    }
+                    assert_eq!(map.gone(at), every.gone(at), "{at}");
+                    assert_eq!(map.stays_in_place(at), every.stays_in_place(at), "{at}");
+                }
+            }
+        }
+        // Overlapping or out of order: every container is looked at.
+        assert!(
+            !Map::new(
+                vec![(10, 5, 0, 5, true), (0, 5, 5, 5, true)],
+                vec![],
+                20,
+                10,
+                false
+            )
+            .sorted
+        );
+        assert!(!Map::new(vec![], vec![(0, 10), (5, 10)], 20, 0, false).sorted);
+        assert!(!Map::new(vec![(0, 0, 0, 0, true)], vec![], 20, 0, false).sorted);
     }
 
     #[test]
