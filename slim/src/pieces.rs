@@ -156,7 +156,7 @@ impl<'a> Output<'a> {
     /// `base`, laid over it: each run of pieces of `edits` that are not
     /// `base`'s own bytes at their own offset takes the place of those bytes
     /// where this output copies them. `Err(self)` unless each such run of
-    /// `base` is copied here exactly once, whole, by a multiple of [`BLOCK`]
+    /// `base` is copied here exactly once, whole, by a multiple of 4 KiB
     /// from where it was (its blocks of zeros stay whole blocks, holes as
     /// they would be in `base`).
     pub fn overlay(self, base: &'a [u8], edits: Output<'a>) -> Result<Output<'a>, Output<'a>> {
