@@ -222,9 +222,7 @@ impl Code<'_> {
             sifted.fill(1);
         }
         for ((s, &b), &a) in sifted.iter_mut().zip(opener).zip(before) {
-            let opens =
-                (b & 0xc7 == 0x05) | (b & 0xee == 0xe8) | ((b & 0xf0 == 0x80) & (a == 0x0f));
-            *s &= u8::from(opens);
+            *s &= u8::from(opens(b, a));
         }
     }
 
@@ -241,7 +239,7 @@ impl Code<'_> {
         let bytes = self.bytes;
         let b = p.checked_sub(1).and_then(|i| bytes.get(i)).copied();
         let before = p.checked_sub(2).and_then(|i| bytes.get(i)).copied();
-        if b.is_some_and(|b| opens(b, before)) && self.reaches(p) {
+        if b.is_some_and(|b| opens(b, before.unwrap_or(0))) && self.reaches(p) {
             return true;
         }
         self.fixed && {
@@ -492,8 +490,10 @@ impl Code<'_> {
 /// with a 0x67 prefix), or the last opcode byte of a 32-bit near branch
 /// (call E8, jmp E9, jcc 0F 8x, xbegin C7 F8: its ModRM byte F8). F9 too,
 /// which opens nothing: the four are `b & 0xee == 0xe8`, one compare.
-fn opens(b: u8, before: Option<u8>) -> bool {
-    b & 0xc7 == 0x05 || b & 0xee == 0xe8 || (b & 0xf0 == 0x80 && before == Some(0x0f))
+/// Without branches, so that [`Code::sift`] compares whole blocks with it
+/// (`before` is 0 where there is no byte before).
+fn opens(b: u8, before: u8) -> bool {
+    (b & 0xc7 == 0x05) | (b & 0xee == 0xe8) | ((b & 0xf0 == 0x80) & (before == 0x0f))
 }
 
 impl Range {
@@ -818,7 +818,7 @@ mod tests {
                 code.sift(p, &mut sifted);
                 for (j, &s) in sifted.iter().enumerate() {
                     let q = p + j;
-                    let opens = opens(bytes[q - 1], Some(bytes[q - 2]));
+                    let opens = opens(bytes[q - 1], bytes[q - 2]);
                     assert!(s <= 1 && (s == 0 || opens), "{addr:#x} {q}");
                     if opens && code.reaches(q) {
                         assert_eq!(s, 1, "{addr:#x} {q}");
