@@ -78,6 +78,40 @@ pub(crate) struct File<'d> {
     pub index: usize,
 }
 
+/// A section a scan reads: loaded, with bytes in the file.
+struct Loaded<'d> {
+    index: usize,
+    bytes: &'d [u8],
+    addr: u64,
+    offset: u64,
+    /// Whether it is code (`SHF_EXECINSTR`).
+    code: bool,
+}
+
+impl<'d> File<'d> {
+    /// The sections a scan reads: every loaded one with bytes in the file,
+    /// but the one that would move.
+    fn loaded(&self) -> impl Iterator<Item = Loaded<'d>> + '_ {
+        let e = self.endian;
+        self.shdrs.iter().enumerate().filter_map(move |(index, s)| {
+            let flags = s.sh_flags(e);
+            if index == self.index
+                || flags & u64::from(elf::SHF_ALLOC) == 0
+                || s.sh_type(e) == elf::SHT_NOBITS
+            {
+                return None;
+            }
+            Some(Loaded {
+                index,
+                bytes: s.data(e, self.data).ok()?,
+                addr: s.sh_addr(e),
+                offset: s.sh_offset(e),
+                code: flags & u64::from(elf::SHF_EXECINSTR) != 0,
+            })
+        })
+    }
+}
+
 /// A file's scan for the references into some ranges: x86-64 code, most of
 /// the cost, is read once for all of them, when the first is asked about.
 pub(crate) struct Scan<'d> {
@@ -136,30 +170,18 @@ impl<'d> Scan<'d> {
         let mut found = Vec::new();
         let range = Range { start, end };
         self.symbols(range, &mut found);
-        for (i, s) in f.shdrs.iter().enumerate() {
+        for s in f.loaded() {
             if found.len() >= MAX {
                 break;
             }
-            let flags = s.sh_flags(f.endian);
-            if i == f.index
-                || flags & u64::from(elf::SHF_ALLOC) == 0
-                || s.sh_type(f.endian) == elf::SHT_NOBITS
-            {
-                continue;
-            }
-            let Ok(bytes) = s.data(f.endian, f.data) else {
-                continue;
-            };
-            let addr = s.sh_addr(f.endian);
-            if flags & u64::from(elf::SHF_EXECINSTR) != 0 {
+            if s.code {
                 match f.machine {
-                    elf::EM_X86_64 => found.extend(self.x86_64(i, bytes, addr, range)),
-                    elf::EM_AARCH64 => aarch64(bytes, addr, range, &mut found),
+                    elf::EM_X86_64 => found.extend(self.x86_64(s.index, s.bytes, s.addr, range)),
+                    elf::EM_AARCH64 => aarch64(s.bytes, s.addr, range, &mut found),
                     _ => {}
                 }
             } else if f.fixed {
-                let offset = s.sh_offset(f.endian);
-                words(bytes, addr, offset, range, patched, &mut found);
+                words(s.bytes, s.addr, s.offset, range, patched, &mut found);
             }
         }
         found.truncate(MAX);
@@ -189,20 +211,13 @@ impl<'d> Scan<'d> {
     /// about together.
     fn x86_64_code(&self) -> Vec<(usize, Vec<Vec<Reference>>)> {
         let f = &self.file;
-        let mut code = Vec::new();
-        for (i, s) in f.shdrs.iter().enumerate() {
-            let flags = s.sh_flags(f.endian);
-            let wanted = u64::from(elf::SHF_ALLOC | elf::SHF_EXECINSTR);
-            if i == f.index || flags & wanted != wanted || s.sh_type(f.endian) == elf::SHT_NOBITS {
-                continue;
-            }
-            let Ok(bytes) = s.data(f.endian, f.data) else {
-                continue;
-            };
-            let addr = s.sh_addr(f.endian);
-            code.push((i, x86_64::references(bytes, addr, f.fixed, &self.together)));
-        }
-        code
+        f.loaded()
+            .filter(|s| s.code)
+            .map(|s| {
+                let found = x86_64::references(s.bytes, s.addr, f.fixed, &self.together);
+                (s.index, found)
+            })
+            .collect()
     }
 
     /// Symbols in the range that are not the section's own (those the
