@@ -37,6 +37,16 @@ impl Piece<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The offsets in `base` of the bytes the piece copies from it; `None`
+    /// for a piece that copies nothing of `base`.
+    fn source(&self, base: &[u8]) -> Option<std::ops::Range<u64>> {
+        let Piece::Copy(b) = self else {
+            return None;
+        };
+        let at = (b.as_ptr() as usize).checked_sub(base.as_ptr() as usize)?;
+        (at + b.len() <= base.len()).then_some(at as u64..(at + b.len()) as u64)
+    }
 }
 
 /// An output: pieces in order.
@@ -137,16 +147,13 @@ impl<'a> Output<'a> {
     /// Whether the output is `base` with some of its bytes made anew: as
     /// long, and each copied piece `base`'s own bytes at their own offset.
     pub fn edits(&self, base: &[u8]) -> bool {
-        let origin = base.as_ptr() as usize;
         let mut pos = 0u64;
         self.len == base.len() as u64
             && self.pieces.iter().all(|piece| {
                 let at = pos;
                 pos += piece.len();
                 match piece {
-                    Piece::Copy(b) => {
-                        (b.as_ptr() as usize).checked_sub(origin) == Some(at as usize)
-                    }
+                    Piece::Copy(_) => piece.source(base).is_some_and(|s| s.start == at),
                     Piece::Owned(_) | Piece::Zeros(_) => true,
                 }
             })
@@ -163,15 +170,6 @@ impl<'a> Output<'a> {
         if !edits.edits(base) {
             return Err(self);
         }
-        let origin = base.as_ptr() as usize;
-        // Where each piece of this output copies from in `base`, if it does.
-        let source = |piece: &Piece<'_>| match piece {
-            Piece::Copy(b) => (b.as_ptr() as usize)
-                .checked_sub(origin)
-                .filter(|&at| at + b.len() <= base.len())
-                .map(|at| at as u64..(at + b.len()) as u64),
-            _ => None,
-        };
         // Per piece of this output, the runs laid over it: (offset in the
         // piece, length, pieces).
         let mut over: Vec<Vec<(u64, u64, Vec<Piece<'a>>)>> = vec![Vec::new(); self.pieces.len()];
@@ -182,7 +180,7 @@ impl<'a> Output<'a> {
             for (i, piece) in self.pieces.iter().enumerate() {
                 let at = pos;
                 pos += piece.len();
-                let Some(from) = source(piece) else {
+                let Some(from) = piece.source(base) else {
                     continue;
                 };
                 if from.end <= start || end <= from.start {
@@ -282,15 +280,13 @@ impl<'a> Output<'a> {
 /// `base`) that are not `base`'s own bytes at their own offset: (offset,
 /// pieces).
 fn runs<'a>(base: &'a [u8], edits: Output<'a>) -> Vec<(u64, Vec<Piece<'a>>)> {
-    let origin = base.as_ptr() as usize;
     let mut runs: Vec<(u64, Vec<Piece<'a>>)> = Vec::new();
     let mut pos = 0u64;
     let mut open = false;
     for piece in edits.pieces {
         let at = pos;
         pos += piece.len();
-        let own = matches!(&piece, Piece::Copy(b)
-            if (b.as_ptr() as usize).checked_sub(origin) == Some(at as usize));
+        let own = piece.source(base).is_some_and(|s| s.start == at);
         match runs.last_mut() {
             _ if own => open = false,
             Some((_, run)) if open => run.push(piece),
