@@ -462,8 +462,8 @@ impl Scratch {
 const PASS: (&str, &str) = ("pass", "a pass's result");
 const RESULT: (&str, &str) = ("result", "the result");
 
-/// `output` in a temporary file of `dir` (named like `like`, tagged as
-/// `kind` says): written into `base`, the previous pass's scratch file, and
+/// `output` in a temporary file of `dir` (named like `like`, with the tag
+/// and the name in errors of [`PASS`] or [`RESULT`]): written into `base`, the previous pass's scratch file, and
 /// its bytes, where it only rewrites bytes there where they stand
 /// ([`crate::Output::edits`]); otherwise written anew, to a new file.
 fn write_out(

@@ -407,7 +407,8 @@ fn file_output<'a>(
                 }
             },
             (Some(out), rewritten) => {
-                // Left as it is, and why (it has no containers to pack).
+                // Not rewritten (refused, or too little to free): recorded
+                // as left, with why.
                 done.record(name, base, rewritten);
                 Some(out)
             }
