@@ -263,72 +263,60 @@ fn slim_one(
     };
     drop(output);
     // Each pass compacts at least one section, or is the last.
-    for _ in 0..sections.len() {
-        let now = match current.map.containers(&options.limits) {
-            Ok(s) => s,
-            Err(e) => {
-                report.error = Some(format!("reading a pass's result back: {e}"));
-                return;
-            }
-        };
-        let pass_plan = choose(&now, options);
-        let crate::Slimmed {
-            output,
-            containers,
-            sections_left,
-            holes,
-            deferred,
-        } = crate::slim(
-            current.map.bytes(),
-            &now,
-            &pass_plan.keep_fn(),
-            &options.limits,
-        );
-        report.holes.extend(holes);
-        // A section an earlier pass rewrote in place may come up again, to
-        // be refused again: it is reported once, with its holes.
-        report.sections_left = sections_left
-            .into_iter()
-            .filter(|(s, _)| !report.holes.iter().any(|h| h.section == *s))
-            .collect();
-        let summaries: Vec<ContainerSummary> = containers
-            .into_iter()
-            .map(|r| summarise(r, &now, &pass_plan))
-            .collect();
-        merge(&mut report.containers, summaries, &now, &sections);
-        let output = match output {
-            Some(out) if !deferred.is_empty() => {
-                let base = Some((current.temp, current.map.bytes()));
-                let next = write_out(&out, base, &scratch, path, PASS).and_then(Scratch::mapped);
-                drop(out);
-                match next {
-                    Ok(next) => {
-                        current = next;
-                        continue;
-                    }
-                    Err(e) => {
-                        report.error = Some(e);
-                        return;
+    let output = 'passes: {
+        for _ in 0..sections.len() {
+            let now = match current.map.containers(&options.limits) {
+                Ok(s) => s,
+                Err(e) => {
+                    report.error = Some(format!("reading a pass's result back: {e}"));
+                    return;
+                }
+            };
+            let pass_plan = choose(&now, options);
+            let crate::Slimmed {
+                output,
+                containers,
+                sections_left,
+                holes,
+                deferred,
+            } = crate::slim(
+                current.map.bytes(),
+                &now,
+                &pass_plan.keep_fn(),
+                &options.limits,
+            );
+            report.holes.extend(holes);
+            // A section an earlier pass rewrote in place may come up again, to
+            // be refused again: it is reported once, with its holes.
+            report.sections_left = sections_left
+                .into_iter()
+                .filter(|(s, _)| !report.holes.iter().any(|h| h.section == *s))
+                .collect();
+            let summaries: Vec<ContainerSummary> = containers
+                .into_iter()
+                .map(|r| summarise(r, &now, &pass_plan))
+                .collect();
+            merge(&mut report.containers, summaries, &now, &sections);
+            match output {
+                Some(out) if !deferred.is_empty() => {
+                    let base = Some((current.temp, current.map.bytes()));
+                    let next =
+                        write_out(&out, base, &scratch, path, PASS).and_then(Scratch::mapped);
+                    drop(out);
+                    match next {
+                        Ok(next) => current = next,
+                        Err(e) => {
+                            report.error = Some(e);
+                            return;
+                        }
                     }
                 }
+                Some(out) => break 'passes out,
+                None => break 'passes crate::Output::whole(current.map.bytes()),
             }
-            Some(out) => out,
-            None => crate::Output::whole(current.map.bytes()),
-        };
-        let base = Some((current.temp, current.map.bytes()));
-        finish(
-            report,
-            output,
-            &sections,
-            &plan,
-            options,
-            destination,
-            source,
-            base,
-        );
-        return;
-    }
-    let output = crate::Output::whole(current.map.bytes());
+        }
+        crate::Output::whole(current.map.bytes())
+    };
     let base = Some((current.temp, current.map.bytes()));
     finish(
         report,
