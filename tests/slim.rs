@@ -978,6 +978,63 @@ fn containers_whose_bytes_another_section_claims_are_left_alone() {
     );
 }
 
+/// A file whose offload section is also a table other sections read (the
+/// section name table, named by `e_shstrndx`; a symbol table's string
+/// table, named by its `sh_link`), as a crafted or damaged file makes it,
+/// is left as it was: rewriting the containers would rename its sections or
+/// symbols. A shared library, an executable and an object; the report says
+/// which table.
+#[test]
+fn an_offload_section_that_is_also_a_table_others_read_is_left_alone() {
+    let Some(e) = loader() else { return };
+    if probe().is_none() {
+        return;
+    }
+    let dir = temp_dir();
+    let lib = e.build(big_app(&["gfx90a", "gfx1100"]).shared_library("libtable.so"));
+    let exe = e.build(big_app(&["gfx90a", "gfx1100"]));
+    let obj = big_object(&e, &dir, &["gfx90a", "gfx1100"]);
+    for file in [lib, exe, obj] {
+        let name = file.file_name().unwrap().to_str().unwrap().to_string();
+        let offload = e.tc.section(&file, ".hip_fatbin").unwrap();
+        let symbols =
+            e.tc.section(&file, ".symtab")
+                .or_else(|| e.tc.section(&file, ".dynsym"))
+                .unwrap();
+        let bytes = std::fs::read(&file).unwrap();
+        let shoff = u64::from_le_bytes(bytes[0x28..0x30].try_into().unwrap());
+
+        // The section names are read from the offload section.
+        let mut names = bytes.clone();
+        names[0x3e..0x40].copy_from_slice(&(offload.index as u16).to_le_bytes());
+        let crafted = dir.join(format!("names-{name}"));
+        std::fs::write(&crafted, &names).unwrap();
+        let (left, text) = left_in_place(&crafted);
+        let reason = left["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("are also the section name table's"),
+            "{name}: {text}"
+        );
+
+        // The symbol table's strings are read from it.
+        let mut linked = bytes.clone();
+        let at = (shoff + symbols.index * 64 + 0x28) as usize;
+        linked[at..at + 4].copy_from_slice(&(offload.index as u32).to_le_bytes());
+        let crafted = dir.join(format!("linked-{name}"));
+        std::fs::write(&crafted, &linked).unwrap();
+        let (left, text) = left_in_place(&crafted);
+        assert_eq!(left["section"], ".hip_fatbin", "{name}: {text}");
+        let reason = left["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains(&format!(
+                "are also the table section {} ({}) links to",
+                symbols.index, symbols.name
+            )),
+            "{name}: {text}"
+        );
+    }
+}
+
 /// `file` slimmed in place for gfx1100 (`--json`), which must leave every
 /// byte of it and exit 0: the first section it reports as left, and the
 /// report.

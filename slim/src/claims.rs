@@ -3,8 +3,10 @@
 //! A well-formed file gives each byte one owner: the ELF header, the
 //! program and section header tables, or one section. A crafted or damaged
 //! file can give two: a section name table, a symbol table or another
-//! section laid over an offload section, so that rewriting the containers
-//! would also rename sections or change code. Such a file is never
+//! section laid over an offload section, or the offload section itself
+//! named as the table the section names or a symbol table's strings are
+//! read from, so that rewriting the containers would also rename sections
+//! or change code. Such a file is never
 //! rewritten, neither compacted nor in place: what the rewrite promised
 //! (the same file but for the images that go) would not hold.
 
@@ -26,6 +28,7 @@ pub(crate) fn sole_owner(data: &[u8], ranges: &[(u64, u64)]) -> Result<(), Unsaf
     let e = header.endian().map_err(bad)?;
     let shdrs = header.section_headers(e, data).map_err(bad)?;
     let names = header.section_strings(e, data, shdrs).ok();
+    let shstrndx = header.shstrndx(e, data).ok();
     let phdr_table = (
         header.e_phoff(e),
         u64::from(header.e_phnum(e)) * u64::from(header.e_phentsize(e)),
@@ -56,14 +59,17 @@ pub(crate) fn sole_owner(data: &[u8], ranges: &[(u64, u64)]) -> Result<(), Unsaf
             })
         };
         let own = meeting().find(|m| holds(m.2, range)).map(|m| m.0);
+        if let Some(what) = own.and_then(|i| role(shstrndx, shdrs, e, names, i)) {
+            return Err(Unsafe::not_in_place(format!(
+                "the bytes at {:#x}..{:#x} that would change are also {what}",
+                range.0,
+                range.0.saturating_add(range.1)
+            )));
+        }
         let Some((other, s, file)) = meeting().find(|m| Some(m.0) != own) else {
             continue;
         };
-        let name = names
-            .and_then(|n| s.name(e, n).ok())
-            .map_or_else(String::new, |n| {
-                format!(" ({})", String::from_utf8_lossy(n))
-            });
+        let name = label(s, e, names);
         return Err(Unsafe::not_in_place(format!(
             "the bytes at {:#x}..{:#x} that would change are also section {other}{name}'s, at \
              {:#x}..{:#x}",
@@ -74,6 +80,44 @@ pub(crate) fn sole_owner(data: &[u8], ranges: &[(u64, u64)]) -> Result<(), Unsaf
         )));
     }
     Ok(())
+}
+
+/// What section `i` is besides its own contents: the table the section
+/// names are read from (`e_shstrndx`), or the table a section (itself too)
+/// names by `sh_link` (a symbol table's strings, a relocation section's
+/// symbols), so that a change to its bytes renames sections or symbols;
+/// `None` for neither. A link that only orders sections (`SHF_LINK_ORDER`)
+/// reads no byte of it.
+fn role(
+    shstrndx: Option<u32>,
+    shdrs: &[elf::SectionHeader64<LE>],
+    e: LE,
+    names: Option<object::read::StringTable<'_>>,
+    i: usize,
+) -> Option<String> {
+    if shstrndx == Some(i as u32) {
+        return Some("the section name table's".into());
+    }
+    let (j, s) = shdrs.iter().enumerate().find(|(_, s)| {
+        s.sh_link(e) as usize == i && s.sh_flags(e) & u64::from(elf::SHF_LINK_ORDER) == 0
+    })?;
+    Some(format!(
+        "the table section {j}{} links to",
+        label(s, e, names)
+    ))
+}
+
+/// ` (name)` of section `s`, or nothing where its name cannot be read.
+fn label(
+    s: &elf::SectionHeader64<LE>,
+    e: LE,
+    names: Option<object::read::StringTable<'_>>,
+) -> String {
+    names
+        .and_then(|n| s.name(e, n).ok())
+        .map_or_else(String::new, |n| {
+            format!(" ({})", String::from_utf8_lossy(n))
+        })
 }
 
 /// Whether ranges `a` and `b` (start, length) share a byte.
@@ -148,6 +192,41 @@ mod tests {
             "{}",
             why.why
         );
+    }
+
+    /// A section that the others' names are read from, or that another
+    /// section's `sh_link` names, is refused even when it alone holds the
+    /// bytes; a link that only orders sections is no claim.
+    #[test]
+    fn a_table_others_read_is_a_second_owner() {
+        let kern = &[(0x200, 0x80)];
+        // `e_shstrndx` names `.kern` (section 2).
+        let mut names_here = file(&[(6, 0x200, 0x80)]);
+        names_here[0x3e..0x40].copy_from_slice(&2u16.to_le_bytes());
+        let why = sole_owner(&names_here, kern).unwrap_err();
+        assert!(why.why.contains("the section name table's"), "{}", why.why);
+        // The name table itself.
+        let why = sole_owner(&file(&[(6, 0x200, 0x80)]), &[(0x40, 12)]).unwrap_err();
+        assert!(why.why.contains("the section name table's"), "{}", why.why);
+        // `.big` (section 3, elsewhere) links to `.kern`: as its string
+        // table, refused; with SHF_LINK_ORDER, not.
+        for (flags, refused) in [(0u64, true), (0x80, false)] {
+            let mut linked = file(&[(6, 0x200, 0x80), (1, 0x100, 0x10)]);
+            let h = 0x300 + 3 * 64;
+            linked[h + 0x08..h + 0x10].copy_from_slice(&flags.to_le_bytes());
+            linked[h + 0x28..h + 0x2c].copy_from_slice(&2u32.to_le_bytes());
+            match sole_owner(&linked, kern) {
+                Err(why) => {
+                    assert!(refused, "{}", why.why);
+                    assert!(
+                        why.why.contains("the table section 3 (.big) links to"),
+                        "{}",
+                        why.why
+                    );
+                }
+                Ok(()) => assert!(!refused),
+            }
+        }
     }
 
     #[test]
