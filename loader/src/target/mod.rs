@@ -8,6 +8,7 @@ pub mod names;
 mod nvidia_products;
 pub mod nvptx;
 mod processors;
+mod rocm_products;
 pub mod triple;
 
 use std::fmt;

@@ -7,8 +7,11 @@
 //! [`crate::select::DeviceTarget::parse`] is the one parser of a device; this
 //! module holds the product tables and the matching it does with them.
 
+use std::collections::HashSet;
+
 use super::amd_products::AMD_PRODUCTS;
 use super::nvidia_products::NVIDIA_PRODUCTS;
+use super::rocm_products::ROCM_PRODUCTS;
 use super::{ComputeCapability, NvArch, Processor, TargetIdError, Vendor};
 
 /// A product and the architecture its GPU has.
@@ -21,11 +24,36 @@ pub struct Product {
     pub target: &'static str,
 }
 
+/// `a` followed by `b`, `N` long (their lengths together).
+const fn concat<const N: usize>(a: &[Product], b: &[Product]) -> [Product; N] {
+    let mut out = [Product {
+        name: "",
+        target: "",
+    }; N];
+    let mut i = 0;
+    while i < a.len() {
+        out[i] = a[i];
+        i += 1;
+    }
+    while i < N {
+        out[i] = b[i - a.len()];
+        i += 1;
+    }
+    out
+}
+
+/// AMD's products from both of its sources, LLVM's table first.
+static AMD: [Product; AMD_PRODUCTS.len() + ROCM_PRODUCTS.len()] =
+    concat(AMD_PRODUCTS, ROCM_PRODUCTS);
+
 impl Product {
     /// AMD's products: the "Example Products" of LLVM 22's AMDGPUUsage
-    /// processor table.
+    /// processor table, then the products of ROCm's GPU specifications
+    /// (Instinct, Radeon PRO, Radeon and Ryzen APUs, with their LLVM
+    /// targets). A name both tables give is in both; were they to give it
+    /// different processors, it would be ambiguous (none is today).
     pub fn amd() -> &'static [Product] {
-        AMD_PRODUCTS
+        &AMD
     }
 
     /// NVIDIA's products: NVIDIA's CUDA GPUs list.
@@ -33,9 +61,9 @@ impl Product {
         NVIDIA_PRODUCTS
     }
 
-    /// Every product of both tables, with its vendor.
+    /// Every product of every table, with its vendor.
     pub fn all() -> impl Iterator<Item = (Vendor, &'static Product)> {
-        let amd = AMD_PRODUCTS.iter().map(|p| (Vendor::Amd, p));
+        let amd = Product::amd().iter().map(|p| (Vendor::Amd, p));
         amd.chain(NVIDIA_PRODUCTS.iter().map(|p| (Vendor::Nvidia, p)))
     }
 }
@@ -288,10 +316,15 @@ pub(crate) fn suggestions(name: &str) -> Vec<String> {
 
 /// Every name a device can be given by, as (vendor, key, how it is shown):
 /// products and the specific (not generic) AMDGPU processors and aliases.
+/// A product two tables name alike (`AMD Instinct MI210 Accelerator` and
+/// `MI210`, both gfx90a) is offered once, as the first table writes it.
 fn candidates() -> impl Iterator<Item = (Vendor, String, String)> {
-    let products = Product::all().map(|(vendor, p)| {
+    let mut seen = HashSet::new();
+    let products = Product::all().filter_map(move |(vendor, p)| {
+        let key = key(p.name, vendor);
         let shown = format!("{} ({})", p.name, p.target);
-        (vendor, key(p.name, vendor), shown)
+        seen.insert((vendor, key.clone(), p.target))
+            .then_some((vendor, key, shown))
     });
     let processors = Processor::all()
         .iter()
@@ -355,11 +388,12 @@ mod tests {
         DeviceTarget::parse(s).unwrap_err().to_string()
     }
 
-    /// Every product of both tables is the device of its architecture, as
-    /// written and as `nvidia-smi`/`rocminfo` would print it.
+    /// Every product of every table (LLVM's and ROCm's for AMD, NVIDIA's) is
+    /// the device of its architecture, as written and as
+    /// `nvidia-smi`/`rocminfo` would print it.
     #[test]
     fn every_product_is_its_architecture() {
-        assert!(Product::amd().len() > 100 && Product::nvidia().len() > 100);
+        assert!(Product::amd().len() > 200 && Product::nvidia().len() > 100);
         for (vendor, product) in Product::all() {
             let arch = DeviceTarget::parse(product.target).unwrap();
             assert_eq!(arch.vendor(), vendor, "{}", product.name);
@@ -400,6 +434,108 @@ mod tests {
         for p in Processor::all() {
             assert_eq!(product_target(p.name), Ok(None), "{}", p.name);
         }
+    }
+
+    /// `Product::amd()` is LLVM's table, then ROCm's, each product on a
+    /// specific processor of the processor table; where both tables name a
+    /// product, they agree on its processor.
+    #[test]
+    fn amd_products_are_llvm_then_rocm() {
+        let amd = Product::amd();
+        assert!(AMD_PRODUCTS.len() > 100 && ROCM_PRODUCTS.len() > 90);
+        assert_eq!(amd.len(), AMD_PRODUCTS.len() + ROCM_PRODUCTS.len());
+        assert_eq!(&amd[..AMD_PRODUCTS.len()], AMD_PRODUCTS);
+        assert_eq!(&amd[AMD_PRODUCTS.len()..], ROCM_PRODUCTS);
+        for product in amd {
+            let processor = Processor::lookup(product.target);
+            assert!(
+                processor.is_some_and(|p| p.name == product.target && !p.is_generic()),
+                "{} ({})",
+                product.name,
+                product.target
+            );
+        }
+        let mut shared = 0;
+        for rocm in ROCM_PRODUCTS {
+            let wanted = key(rocm.name, Vendor::Amd);
+            for llvm in AMD_PRODUCTS {
+                if key(llvm.name, Vendor::Amd) == wanted {
+                    assert_eq!(llvm.target, rocm.target, "{} / {}", llvm.name, rocm.name);
+                    shared += 1;
+                }
+            }
+        }
+        assert!(shared > 20, "{shared}");
+    }
+
+    /// The names of current products (issue 35): AMD's from ROCm's table,
+    /// NVIDIA's Blackwell parts.
+    #[test]
+    fn current_products() {
+        for (typed, device) in [
+            ("MI355X", "gfx950"),
+            ("AMD Instinct MI355X", "gfx950"),
+            ("Marketing Name:          AMD Instinct MI355X", "gfx950"),
+            ("mi355x", "gfx950"),
+            ("MI350X", "gfx950"),
+            ("AMD Instinct MI350X", "gfx950"),
+            ("MI350P", "gfx950"),
+            ("MI325X", "gfx942"),
+            ("AMD Instinct MI325X", "gfx942"),
+            ("MI300X", "gfx942"),
+            ("MI300A", "gfx942"),
+            ("MI250X", "gfx90a"),
+            ("MI50 (32GB)", "gfx906"),
+            ("Radeon RX 9070 XT", "gfx1201"),
+            ("AMD Radeon RX 9070 GRE", "gfx1201"),
+            ("RX 9070", "gfx1201"),
+            ("Radeon RX 9060 XT", "gfx1200"),
+            ("Radeon RX 9060 XT LP", "gfx1200"),
+            ("Radeon RX 9060", "gfx1200"),
+            ("Radeon RX 9050", "gfx1200"),
+            ("Radeon RX 9050 (4GB)", "gfx1200"),
+            ("Radeon AI PRO R9700", "gfx1201"),
+            ("AMD Radeon AI PRO R9700S", "gfx1201"),
+            ("Radeon AI PRO R9600D", "gfx1201"),
+            ("Radeon PRO V710", "gfx1101"),
+            ("Radeon PRO W7800 48GB", "gfx1100"),
+            ("W7700", "gfx1101"),
+            ("RX 7900 XTX", "gfx1100"),
+            ("AMD Ryzen AI Max+ 395", "gfx1151"),
+            ("Ryzen AI Max PRO 390", "gfx1151"),
+            ("Ryzen AI 9 HX 370", "gfx1150"),
+            ("AMD Ryzen AI 7 350", "gfx1152"),
+            ("AMD Ryzen 7 7840U", "gfx1103"),
+            ("Radeon 8060S", "gfx1151"),
+            ("AMD Radeon 780M", "gfx1103"),
+            ("B300", "sm_103"),
+            ("NVIDIA B300", "sm_103"),
+            ("GB300", "sm_103"),
+            ("B200", "sm_100"),
+            ("RTX PRO 6000 Blackwell", "sm_120"),
+            ("NVIDIA RTX PRO 6000 Blackwell", "sm_120"),
+            (
+                "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+                "sm_120",
+            ),
+            ("RTX PRO 4500 Blackwell Server Edition", "sm_120"),
+            ("RTX PRO 2000 Blackwell", "sm_120"),
+            ("RTX 5090", "sm_120"),
+            ("NVIDIA GeForce RTX 5060 Ti", "sm_120"),
+            ("RTX 5050", "sm_120"),
+            ("GB10", "sm_121"),
+            ("DGX Spark", "sm_121"),
+            ("Jetson T5000", "sm_110"),
+            ("Jetson T4000", "sm_110"),
+        ] {
+            assert_eq!(parse(typed), device, "{typed}");
+        }
+        // A product both AMD tables name is suggested once, as LLVM writes it.
+        let e = error("MI21");
+        assert!(e.contains("AMD Instinct MI210 Accelerator (gfx90a)"), "{e}");
+        assert_eq!(e.matches("MI210").count(), 1, "{e}");
+        let e = error("MI355");
+        assert!(e.contains("did you mean MI355X (gfx950)"), "{e}");
     }
 
     #[test]

@@ -7,6 +7,13 @@
 //! the data-center, TITAN, GeForce GTX 10 and Jetson entries).
 //! Names are as the lists write them. Not on either list, and so not here:
 //! cloud-only parts such as A10G.
+//!
+//! Checked for issue 35 against the list as it stands, newest capability
+//! 12.1 (GB10): it has every Blackwell part here (B200/GB200 10.0,
+//! B300/GB300 10.3, Jetson T5000/T4000 11.0, RTX PRO Blackwell and GeForce
+//! RTX 50 12.0, GB10/DGX Spark 12.1). It names no laptop GPUs and no Rubin
+//! part, and no other NVIDIA page seen gives a Rubin compute capability, so
+//! neither is here: a name is added when NVIDIA's list states its capability.
 
 use super::names::Product;
 
@@ -26,6 +33,8 @@ pub(crate) static NVIDIA_PRODUCTS: &[Product] = &[
     p("NVIDIA RTX PRO 4500 Blackwell Server Edition", "sm_120"),
     p("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "sm_120"),
     p("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "sm_120"),
+    // The card as people name it: every RTX PRO 6000 Blackwell edition above is 12.0.
+    p("NVIDIA RTX PRO 6000 Blackwell", "sm_120"),
     p("NVIDIA RTX PRO 5000 Blackwell", "sm_120"),
     p("NVIDIA RTX PRO 4500 Blackwell", "sm_120"),
     p("NVIDIA RTX PRO 4000 Blackwell", "sm_120"),
