@@ -26,10 +26,30 @@ fn well_formed(s: &Selection, n: usize) {
     }
 }
 
+/// A chosen cubin and its device are both Tegra or both desktop, and a
+/// Tegra cubin is for the device's own GPU (CUDA C++ Programming Guide,
+/// "Binary Compatibility"); the chosen image is one of the compatible ones.
+fn tegra_rule(device: &DeviceTarget, image: &offload_loader::Image) {
+    use offload_loader::image::CodeKind;
+    use offload_loader::target::{Arch, Platform};
+    let (DeviceTarget::Nvidia { capability, .. }, Arch::Nvptx(arch)) = (device, &image.arch) else {
+        return;
+    };
+    let ptx = image.declared == Some(CodeKind::Ptx)
+        || image.content.as_ref().is_some_and(|c| c.code == CodeKind::Ptx);
+    let tegra = |p: Platform| p == Platform::Tegra;
+    if !ptx && (tegra(arch.capability.platform()) || tegra(capability.platform())) {
+        assert!(arch.capability.names_gpu(*capability), "{} chosen for {device}", arch);
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let limits = Limits { max_uncompressed: 1 << 20, verify_hash: false, ..Limits::default() };
-    let devices = ["gfx90a:sramecc+:xnack-", "gfx90a", "gfx1151", "gfx1100", "gfx906", "sm_80", "sm_90"]
-        .map(|d| DeviceTarget::parse(d).unwrap());
+    let devices = [
+        "gfx90a:sramecc+:xnack-", "gfx90a", "gfx1151", "gfx1100", "gfx906", "sm_80", "sm_90",
+        "sm_87", "sm_89", "sm_101", "sm_103", "sm_110", "sm_107",
+    ]
+    .map(|d| DeviceTarget::parse(d).unwrap());
     let policies = [
         Policy::default(),
         Policy { offload_kind: Some(OffloadKind::Hip) },
@@ -63,6 +83,9 @@ fuzz_target!(|data: &[u8]| {
             }
             let s = select(device, &container, &Policy::default());
             well_formed(&s, images.len());
+            if let Some(i) = s.chosen {
+                tegra_rule(device, &images[i]);
+            }
         }
     }
 });

@@ -11,7 +11,7 @@ use std::fmt;
 use crate::image::{CodeKind, Content, Image};
 use crate::target::{
     names, Arch, ArchVariant, ComputeCapability, Feature, FeatureSetting, NvArch, OffloadKind,
-    Processor, PtxVersion, TargetId, TargetIdError, Triple, Vendor,
+    Platform, Processor, PtxVersion, TargetId, TargetIdError, Triple, Vendor,
 };
 
 /// What a device can run, as selection needs it.
@@ -95,6 +95,32 @@ impl DeviceTarget {
             });
         }
         Ok(DeviceTarget::Amdgpu(id))
+    }
+
+    /// The devices this one may be: itself where every feature its
+    /// processor supports is stated, else one device per setting of the
+    /// features left unstated (`gfx90a` is `gfx90a:sramecc+:xnack+`,
+    /// `:sramecc+:xnack-`, `:sramecc-:xnack+` and `:sramecc-:xnack-`: an
+    /// MI250X runs with xnack off by default and on where the system enables
+    /// it, AMDGPUUsage "Target Features"). What a person did not say is
+    /// unknown, not "any": code a tool keeps for such a device must be what
+    /// each of these would load. An NVIDIA device is itself.
+    pub fn settings(&self) -> Vec<DeviceTarget> {
+        let DeviceTarget::Amdgpu(id) = self else {
+            return vec![*self];
+        };
+        let mut devices = vec![*id];
+        for feature in Feature::ALL {
+            if id.processor.supports(feature) && id.setting(feature) == FeatureSetting::Any {
+                devices = devices
+                    .into_iter()
+                    .flat_map(|d| {
+                        [FeatureSetting::On, FeatureSetting::Off].map(|s| d.with(feature, s))
+                    })
+                    .collect();
+            }
+        }
+        devices.into_iter().map(DeviceTarget::Amdgpu).collect()
     }
 
     /// The device's vendor.
@@ -265,13 +291,32 @@ pub enum Rejection {
         /// The device.
         device: ComputeCapability,
     },
-    /// A Tegra device and a cubin built for another capability.
+    /// A Tegra device and a cubin built for another GPU.
     #[error("{image} code does not run on {device}: a Tegra GPU runs only cubins built for exactly its own capability (binary compatibility is desktop only)")]
     TegraArch {
         /// The cubin's arch.
         image: NvArch,
         /// The device.
         device: ComputeCapability,
+    },
+    /// A cubin for a Tegra GPU and a device that is another GPU.
+    #[error("{image} code is for the Tegra GPU {} alone and does not run on {device} (binary compatibility between Tegra and desktop GPUs is not supported)", .image.capability)]
+    TegraCode {
+        /// The cubin's arch.
+        image: NvArch,
+        /// The device.
+        device: ComputeCapability,
+    },
+    /// A cubin that runs on a later minor of its major on the desktop, and a
+    /// device or a cubin whose capability NVIDIA's tables do not class.
+    #[error("{image} code is not known to run on {device}: NVIDIA's tables do not say whether {} is a desktop GPU, so only code built for exactly it is taken", .unlisted)]
+    UnlistedArch {
+        /// The cubin's arch.
+        image: NvArch,
+        /// The device.
+        device: ComputeCapability,
+        /// Which of the two the tables do not class.
+        unlisted: ComputeCapability,
     },
     /// PTX of an ISA version newer than the driver can JIT.
     #[error("its PTX ISA {ptx} is newer than the driver can compile (up to {max})")]
@@ -318,16 +363,16 @@ fn ptx_target(image: &NvArch, device: &ComputeCapability) -> String {
 fn native_range(arch: &NvArch) -> String {
     let cc = arch.capability;
     match arch.variant {
-        crate::target::ArchVariant::ArchSpecific => format!("exactly {cc}"),
-        crate::target::ArchVariant::FamilySpecific => {
+        ArchVariant::ArchSpecific => format!("exactly {cc}"),
+        ArchVariant::FamilySpecific => {
             let members: Vec<String> = match cc.family() {
                 [] => vec![cc.to_string()],
                 family => family.iter().map(|sm| format!("sm_{sm}")).collect(),
             };
             format!("its family ({})", members.join(", "))
         }
-        _ if cc.minor == 9 => format!("{cc}"),
-        _ => format!("{cc} to sm_{}9", cc.major),
+        _ if cc.platform() != Platform::Desktop || cc.minor == 9 => format!("exactly {cc}"),
+        _ => format!("desktop GPUs {cc} to sm_{}9", cc.major),
     }
 }
 
@@ -566,22 +611,9 @@ fn meet(a: &Image, b: &Image) -> bool {
 /// `processor` with each setting a runtime can report for the features it
 /// supports (on or off; "any" where it has no such feature).
 fn known_settings(processor: &'static Processor) -> impl Iterator<Item = DeviceTarget> {
-    let known = move |feature: Feature| -> &'static [FeatureSetting] {
-        if processor.supports(feature) {
-            &[FeatureSetting::On, FeatureSetting::Off]
-        } else {
-            &[FeatureSetting::Any]
-        }
-    };
-    known(Feature::Sramecc).iter().flat_map(move |&s| {
-        known(Feature::Xnack).iter().map(move |&x| {
-            DeviceTarget::Amdgpu(
-                TargetId::new(processor)
-                    .with(Feature::Sramecc, s)
-                    .with(Feature::Xnack, x),
-            )
-        })
-    })
+    DeviceTarget::Amdgpu(TargetId::new(processor))
+        .settings()
+        .into_iter()
 }
 
 /// The [`Fit`] `image` has on any device it is compatible with and whose
@@ -911,18 +943,7 @@ fn check_nvidia(
             }
         }
     } else if !img.runs_natively_on(device) {
-        let desktop_would =
-            img.capability.major == device.major && img.capability.minor <= device.minor;
-        if device.is_tegra() && img.variant == ArchVariant::Base && desktop_would {
-            return Err(Rejection::TegraArch {
-                image: *img,
-                device,
-            });
-        }
-        return Err(Rejection::NativeArch {
-            image: *img,
-            device,
-        });
+        return Err(native_rejection(*img, device));
     }
     Ok(Fit {
         native: !ptx,
@@ -936,6 +957,32 @@ fn check_nvidia(
             ArchVariant::Base => 0,
         },
     })
+}
+
+/// Why cubin `image` does not run on `device`: the rule of
+/// [`NvArch::runs_natively_on`] it fails. Where the desktop rule alone would
+/// take it (a later minor of its major), the platform is why.
+fn native_rejection(image: NvArch, device: ComputeCapability) -> Rejection {
+    let cc = image.capability;
+    let desktop_would =
+        image.variant == ArchVariant::Base && cc.major == device.major && cc.minor <= device.minor;
+    if !desktop_would {
+        return Rejection::NativeArch { image, device };
+    }
+    match (cc.platform(), device.platform()) {
+        (Platform::Tegra, _) => Rejection::TegraCode { image, device },
+        (_, Platform::Tegra) => Rejection::TegraArch { image, device },
+        (Platform::Unlisted, _) => Rejection::UnlistedArch {
+            image,
+            device,
+            unlisted: cc,
+        },
+        _ => Rejection::UnlistedArch {
+            image,
+            device,
+            unlisted: device,
+        },
+    }
 }
 
 #[cfg(test)]
@@ -1183,7 +1230,7 @@ mod tests {
         );
         assert_eq!(
             s.rejected[0].1.to_string(),
-            "sm_70 code runs only on sm_70 to sm_79, the device is sm_100"
+            "sm_70 code runs only on desktop GPUs sm_70 to sm_79, the device is sm_100"
         );
         assert_eq!(on(75).chosen, Some(0));
         assert_eq!(on(61).chosen, None);
@@ -1240,6 +1287,48 @@ mod tests {
         assert_eq!(
             orin.rejected[3].1.to_string(),
             "sm_80 code does not run on sm_87: a Tegra GPU runs only cubins built for exactly its own capability (binary compatibility is desktop only)"
+        );
+    }
+
+    #[test]
+    fn tegra_code_is_never_chosen_for_a_desktop_gpu() {
+        // cuSPARSELt 0.8.1's modules: sm_80, sm_87 (Orin), sm_90 cubins and
+        // compute_90 PTX. An RTX 4090 (8.9) runs the sm_80 cubin.
+        let sparselt = nv(&[
+            ("cuda-nvptx64-nvidia-cuda--sm_80", false),
+            ("cuda-nvptx64-nvidia-cuda--sm_87", false),
+            ("cuda-nvptx64-nvidia-cuda--sm_90", false),
+            ("cuda-nvptx64-nvidia-cuda--sm_90", true),
+        ]);
+        let on = |d: &str, imgs: &[Image]| {
+            select(&DeviceTarget::parse(d).unwrap(), imgs, &Policy::default())
+        };
+        let rtx = on("RTX 4090", &sparselt);
+        assert_eq!(rtx.chosen, Some(0));
+        assert_eq!(
+            rtx.rejected[0].1.to_string(),
+            "sm_87 code is for the Tegra GPU sm_87 alone and does not run on sm_89 (binary \
+             compatibility between Tegra and desktop GPUs is not supported)"
+        );
+        assert_eq!(on("8.7", &sparselt).chosen, Some(1));
+        assert_eq!(on("sm_86", &sparselt).chosen, Some(0));
+        // jax's `_linalg.so`: sm_100 and sm_101 (Thor, CUDA 12.9) cubins.
+        let jax = nv(&[
+            ("cuda-nvptx64-nvidia-cuda--sm_100", false),
+            ("cuda-nvptx64-nvidia-cuda--sm_101", false),
+        ]);
+        assert_eq!(on("B300", &jax).chosen, Some(0));
+        assert_eq!(on("10.3", &jax).chosen, Some(0));
+        assert_eq!(on("10.1", &jax).chosen, Some(1));
+        // Thor as a CUDA 13 driver reports it.
+        assert_eq!(on("11.0", &jax).chosen, Some(1));
+        // A capability no table classes takes only its own code.
+        let s = on("sm_107", &jax);
+        assert_eq!(s.chosen, None);
+        assert_eq!(
+            s.rejected[0].1.to_string(),
+            "sm_100 code is not known to run on sm_107: NVIDIA's tables do not say whether \
+             sm_107 is a desktop GPU, so only code built for exactly it is taken"
         );
     }
 
@@ -1310,9 +1399,9 @@ mod tests {
         all
     }
 
-    const NV_SMS: [u32; 22] = [
-        50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121, 35,
-        37,
+    const NV_SMS: [u32; 24] = [
+        50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 107, 110, 120,
+        121, 35, 37,
     ];
 
     /// Every device: each specific AMD processor with each known setting of

@@ -16,7 +16,7 @@ use std::fmt;
 pub use amdgpu::{Feature, FeatureSetting, Processor, TargetId, TargetIdError};
 pub use kind::OffloadKind;
 pub use names::Product;
-pub use nvptx::{ArchVariant, ComputeCapability, NvArch, PtxVersion};
+pub use nvptx::{ArchVariant, ComputeCapability, NvArch, Platform, PtxVersion};
 pub use triple::{Triple, Vendor};
 
 /// The processor an image was built for.

@@ -29,16 +29,43 @@ impl ComputeCapability {
         u32::from(self.major) * 10 + u32::from(self.minor)
     }
 
-    /// Whether this is a Tegra (Jetson, DRIVE) GPU, where a cubin runs only on
-    /// exactly the capability it was built for: binary compatibility across
-    /// minor versions "is supported only for the desktop. It is not supported
-    /// for Tegra" (CUDA C++ Programming Guide, "Binary Compatibility"). The
-    /// Tegra capabilities are those of the guide's compute-capability table and
-    /// NVIDIA's Jetson/DRIVE pages: 3.2 (K1), 5.3 (TX1/Nano), 6.2 (TX2),
-    /// 7.2 (Xavier), 8.7 (Orin), 10.1 (Thor, CUDA 12.8–12.9) and 11.0 (Thor
-    /// from CUDA 13).
+    /// How NVIDIA's tables class the GPU of this capability (CUDA C++
+    /// Programming Guide, "Compute Capabilities" table, and NVIDIA's CUDA GPUs
+    /// and Jetson lists): the desktop and data-center GPUs, the Tegra (Jetson,
+    /// DRIVE) GPUs, and numbers the tables do not class.
+    ///
+    /// - Desktop: 3.0, 3.5, 3.7, 5.0, 5.2, 6.0, 6.1, 7.0, 7.5, 8.0, 8.6, 8.9,
+    ///   9.0, 10.0, 10.3, 12.0, 12.1.
+    /// - Tegra: 3.2 (K1), 5.3 (TX1, Nano), 6.2 (TX2), 7.2 (Xavier), 8.7
+    ///   (Orin), and Thor, which CUDA 12.8–12.9 name 10.1 and CUDA 13 renamed
+    ///   11.0 (CUDA 13.0 release notes; PTX ISA 9.0 "adds sm_110", a renamed
+    ///   sm_101).
+    /// - Unlisted: any other number (CUDA 13.5's `nvcc --list-gpu-code` also
+    ///   names sm_88 and sm_107, which no table classes yet).
+    pub fn platform(self) -> Platform {
+        match self.sm() {
+            30 | 35 | 37 | 50 | 52 | 60 | 61 | 70 | 75 | 80 | 86 | 89 | 90 | 100 | 103 | 120
+            | 121 => Platform::Desktop,
+            32 | 53 | 62 | 72 | 87 | 101 | 110 => Platform::Tegra,
+            _ => Platform::Unlisted,
+        }
+    }
+
+    /// Whether this is a Tegra (Jetson, DRIVE) GPU ([`Self::platform`]).
     pub fn is_tegra(self) -> bool {
-        matches!(self.sm(), 32 | 53 | 62 | 72 | 87 | 101 | 110)
+        self.platform() == Platform::Tegra
+    }
+
+    /// Whether code built for this capability names the GPU that reports
+    /// `device`: the same number, or Thor's CUDA 12.8–12.9 name (10.1) on a
+    /// Thor whose CUDA 13 driver reports 11.0. NVIDIA renamed the GPU, not
+    /// its ISA ("Thor SM renaming from sm_101 to sm_110 starting from CUDA
+    /// 13.0; for CUDA 12.9 and older releases Thor stays labeled as
+    /// sm_101", the MathDx release notes), and a driver loads code built by
+    /// older toolkits; the other way (sm_110 code on a driver that reports
+    /// 10.1, one older than CUDA 13) it does not.
+    pub fn names_gpu(self, device: ComputeCapability) -> bool {
+        self == device || (self.sm() == 101 && device.sm() == 110)
     }
 
     /// The capabilities a family-specific `sm_XYf` cubin or `compute_XYf` PTX
@@ -64,6 +91,17 @@ impl fmt::Display for ComputeCapability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "sm_{}", self.sm())
     }
+}
+
+/// How NVIDIA's tables class a GPU ([`ComputeCapability::platform`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Platform {
+    /// A desktop or data-center GPU: a cubin runs on later minors of its major.
+    Desktop,
+    /// A Tegra (Jetson, DRIVE) GPU: a cubin runs on exactly its own GPU.
+    Tegra,
+    /// A number no table classes: no compatibility beyond its own GPU is assumed.
+    Unlisted,
 }
 
 /// Which devices of a generation an arch's code runs on (CUDA 12.9 programming guide,
@@ -117,32 +155,53 @@ impl NvArch {
 
     /// Whether native code (a cubin) for this arch runs on a device of
     /// capability `device` (CUDA C++ Programming Guide, "Binary
-    /// Compatibility" and "Feature Availability"): `sm_XY` on the same major
-    /// with minor ≥ Y, on the desktop only ([`ComputeCapability::is_tegra`]:
-    /// exactly X.Y there); `sm_XYa` on exactly X.Y; `sm_XYf` on its family
-    /// ([`ComputeCapability::family`]).
+    /// Compatibility": a cubin runs on a later minor of its major, and that
+    /// "is supported only for the desktop. It is not supported for Tegra.
+    /// Also, the binary compatibility between desktop and Tegra is not
+    /// supported"; "Feature Availability" for the `a` and `f` variants):
+    ///
+    /// - `sm_XY` on the GPU it names ([`ComputeCapability::names_gpu`]), and
+    ///   where both it and the device are desktop GPUs
+    ///   ([`ComputeCapability::platform`]), on the same major with minor ≥ Y.
+    ///   Tegra code never runs on another GPU, nor desktop code on a Tegra
+    ///   one; a capability no table classes gets no compatibility it is not
+    ///   known to have (the safe side: another image, or none, is chosen).
+    /// - `sm_XYa` on exactly the GPU it names.
+    /// - `sm_XYf` on the GPU it names and its family
+    ///   ([`ComputeCapability::family`]).
     pub fn runs_natively_on(&self, device: ComputeCapability) -> bool {
         let cc = self.capability;
         match self.variant {
-            ArchVariant::ArchSpecific => device == cc,
-            ArchVariant::FamilySpecific => device == cc || cc.family().contains(&device.sm()),
-            ArchVariant::Base if device.is_tegra() => device == cc,
-            ArchVariant::Base => device.major == cc.major && device.minor >= cc.minor,
+            ArchVariant::ArchSpecific => cc.names_gpu(device),
+            ArchVariant::FamilySpecific => {
+                cc.names_gpu(device) || cc.family().contains(&device.sm())
+            }
+            ArchVariant::Base => {
+                cc.names_gpu(device)
+                    || (cc.platform() == Platform::Desktop
+                        && device.platform() == Platform::Desktop
+                        && device.major == cc.major
+                        && device.minor >= cc.minor)
+            }
         }
     }
 
     /// Whether PTX for this arch can be JIT-compiled for a device of
-    /// capability `device`: `compute_XY` on any device ≥ X.Y (desktop and
-    /// Tegra alike), arch-specific `compute_XYa` only on exactly X.Y, and
-    /// family `compute_XYf` only on its family (PTX ISA, "Target ISA notes":
-    /// `a` and `f` targets are not forward compatible). Whether the driver
-    /// takes the PTX's `.version` is checked apart.
+    /// capability `device`: `compute_XY` on any device ≥ X.Y, desktop and
+    /// Tegra alike (PTX is forward compatible; CUDA 13.5's `ptxas` compiles
+    /// `compute_87` PTX for sm_88 to sm_121 and refuses it for sm_86, and the
+    /// tests check this rule against it); arch-specific `compute_XYa` only
+    /// on exactly the GPU it names, and family `compute_XYf` only on its
+    /// family (PTX ISA, "Target ISA notes": `a` and `f` targets are not
+    /// forward compatible). Whether the driver takes the PTX's `.version` is
+    /// checked apart.
     pub fn jits_on(&self, device: ComputeCapability) -> bool {
+        let cc = self.capability;
         match self.variant {
-            ArchVariant::Base => device >= self.capability,
-            ArchVariant::ArchSpecific => device == self.capability,
+            ArchVariant::Base => device >= cc,
+            ArchVariant::ArchSpecific => cc.names_gpu(device),
             ArchVariant::FamilySpecific => {
-                device == self.capability || self.capability.family().contains(&device.sm())
+                cc.names_gpu(device) || cc.family().contains(&device.sm())
             }
         }
     }
@@ -245,6 +304,124 @@ mod tests {
         assert!(!NvArch::parse("sm_70").unwrap().runs_natively_on(cc(72)));
         assert!(sm80.jits_on(cc(87)));
         assert!(!NvArch::parse("sm_100").unwrap().runs_natively_on(cc(101)));
+    }
+
+    /// Every capability the CUDA 13.5 toolchain or NVIDIA's tables name.
+    const SMS: [u32; 24] = [
+        35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 107,
+        110, 120, 121,
+    ];
+
+    /// Each cubin and the devices it runs on, written out from the sources
+    /// rather than computed: CUDA C++ Programming Guide, "Binary
+    /// Compatibility" (a later minor of the same major, desktop only; none
+    /// between Tegra and desktop) and its compute-capability table (Tegra:
+    /// 5.3, 6.2, 7.2, 8.7, Thor as 10.1 and 11.0); "Feature Availability"
+    /// (`a`: that GPU alone; `f`: the family table, sm_100f on 10.0 and
+    /// 10.3, sm_120f on 12.0 and 12.1); the CUDA 13.0 release notes (Thor's
+    /// sm_101 renamed sm_110: sm_101 code is Thor's, and a CUDA 13 driver
+    /// reports Thor as 11.0). sm_88 and sm_107, which no table classes, run
+    /// only their own code.
+    const NATIVE: &[(&str, &[u32])] = &[
+        ("sm_35", &[35, 37]),
+        ("sm_37", &[37]),
+        ("sm_50", &[50, 52]),
+        ("sm_52", &[52]),
+        ("sm_53", &[53]),
+        ("sm_60", &[60, 61]),
+        ("sm_61", &[61]),
+        ("sm_62", &[62]),
+        ("sm_70", &[70, 75]),
+        ("sm_72", &[72]),
+        ("sm_75", &[75]),
+        ("sm_80", &[80, 86, 89]),
+        ("sm_86", &[86, 89]),
+        ("sm_87", &[87]),
+        ("sm_88", &[88]),
+        ("sm_89", &[89]),
+        ("sm_90", &[90]),
+        ("sm_90a", &[90]),
+        ("sm_100", &[100, 103]),
+        ("sm_100a", &[100]),
+        ("sm_100f", &[100, 103]),
+        ("sm_101", &[101, 110]),
+        ("sm_101a", &[101, 110]),
+        ("sm_101f", &[101, 110]),
+        ("sm_103", &[103]),
+        ("sm_103a", &[103]),
+        ("sm_103f", &[103]),
+        ("sm_107", &[107]),
+        ("sm_110", &[110]),
+        ("sm_110a", &[110]),
+        ("sm_110f", &[110]),
+        ("sm_120", &[120, 121]),
+        ("sm_120a", &[120]),
+        ("sm_120f", &[120, 121]),
+        ("sm_121", &[121]),
+        ("sm_121a", &[121]),
+        ("sm_121f", &[121]),
+    ];
+
+    #[test]
+    fn every_cubin_on_every_device_as_the_tables_say() {
+        let mut pairs = 0;
+        for (code, runs_on) in NATIVE {
+            let arch = NvArch::parse(code).unwrap();
+            for sm in SMS {
+                let expected = runs_on.contains(&sm);
+                assert_eq!(arch.runs_natively_on(cc(sm)), expected, "{code} on sm_{sm}");
+                pairs += 1;
+            }
+        }
+        assert_eq!(pairs, NATIVE.len() * SMS.len());
+        // Every base cubin of every capability is in the table.
+        for sm in SMS {
+            assert!(NATIVE.iter().any(|(code, _)| *code == format!("sm_{sm}")));
+        }
+    }
+
+    #[test]
+    fn tegra_code_is_for_its_own_gpu_only() {
+        // cuSPARSELt's sm_87 (Orin) cubins are not for an RTX 4090 (8.9);
+        // jax's sm_101 (Thor) cubins are not for a B300 (10.3).
+        let orin = NvArch::parse("sm_87").unwrap();
+        assert!(!orin.runs_natively_on(cc(89)));
+        assert!(orin.jits_on(cc(89)));
+        let thor = NvArch::parse("sm_101").unwrap();
+        assert!(!thor.runs_natively_on(cc(103)) && !thor.runs_natively_on(cc(120)));
+        assert!(thor.runs_natively_on(cc(110)));
+        assert!(!NvArch::parse("sm_110").unwrap().runs_natively_on(cc(101)));
+        for sm in SMS {
+            let kind = cc(sm).platform();
+            assert_eq!(cc(sm).is_tegra(), kind == Platform::Tegra, "{sm}");
+            assert_eq!(
+                kind == Platform::Unlisted,
+                [88, 107].contains(&sm),
+                "sm_{sm} is classed by the tables"
+            );
+        }
+    }
+
+    #[test]
+    fn ptx_runs_forward_and_variants_only_on_their_gpus() {
+        for code in SMS {
+            let ptx = NvArch::parse(&format!("compute_{code}")).unwrap();
+            for sm in SMS {
+                assert_eq!(ptx.jits_on(cc(sm)), sm >= code, "compute_{code} on sm_{sm}");
+            }
+        }
+        for (code, runs_on) in NATIVE {
+            let arch = NvArch::parse(code).unwrap();
+            if arch.variant != ArchVariant::Base {
+                for sm in SMS {
+                    assert_eq!(
+                        arch.jits_on(cc(sm)),
+                        runs_on.contains(&sm),
+                        "{code} PTX on sm_{sm}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
