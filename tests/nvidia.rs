@@ -616,3 +616,47 @@ fn fat_binaries_kept_as_data_are_found_by_content() {
         assert_eq!(ours, theirs, "{}", file.display());
     }
 }
+
+/// The PTX rule against the JIT's offline twin: CUDA 13.5's `ptxas`
+/// compiles `compute_XY` PTX for a GPU exactly where `NvArch::jits_on` says
+/// the driver can, for every capability this nvcc targets, Tegra (sm_87,
+/// sm_110) and unclassed (sm_88, sm_107) ones included: PTX is forward
+/// compatible whatever the platform, unlike a cubin.
+#[test]
+fn ptx_compiles_for_a_gpu_where_the_rule_says_it_jits() {
+    use offload_loader::target::{ComputeCapability, NvArch};
+    let Some(cuda) = support::cuda() else {
+        return;
+    };
+    let ptxas = cuda.bin.join("ptxas");
+    let list = cuda.nvcc_command().arg("--list-gpu-code").output().unwrap();
+    assert!(list.status.success());
+    let mut sms: Vec<u32> = String::from_utf8_lossy(&list.stdout)
+        .split_whitespace()
+        .filter_map(|a| a.strip_prefix("sm_")?.parse().ok())
+        .collect();
+    sms.sort_unstable();
+    assert!(sms.contains(&87) && sms.contains(&110), "{sms:?}");
+    let mut checked = 0;
+    for &code in &sms {
+        let ptx = cuda.nvcc(&[&format!("-arch=compute_{code}")], NvOutput::Ptx);
+        let arch = NvArch::parse(&format!("compute_{code}")).unwrap();
+        for &gpu in &sms {
+            let compiled = Command::new(&ptxas)
+                .args([&format!("-arch=sm_{gpu}"), "-o", "/dev/null"])
+                .arg(&ptx)
+                .output()
+                .unwrap()
+                .status
+                .success();
+            let device = ComputeCapability::from_sm(gpu).unwrap();
+            assert_eq!(
+                arch.jits_on(device),
+                compiled,
+                "compute_{code} PTX on sm_{gpu}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 100, "{checked}");
+}
