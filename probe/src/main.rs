@@ -2,6 +2,7 @@
 //! here, and which image each GPU would load, and why not the others.
 
 mod devices;
+mod extract;
 mod human;
 mod inputs;
 mod json;
@@ -16,7 +17,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use offload_loader::{ImageSource, Limits, Scope, Selection};
+use offload_loader::{Limits, Scope, Selection};
 use rayon::prelude::*;
 
 /// Which GPU image would load on this machine, and why not the others.
@@ -57,7 +58,8 @@ struct Args {
     /// Print the machine-readable report (see README).
     #[arg(long)]
     json: bool,
-    /// Write the image each device would load into DIR.
+    /// Write the image each device would load into DIR, named as cuobjdump
+    /// and llvm-objdump --offloading name them (see README).
     #[arg(long, value_name = "DIR")]
     extract: Option<PathBuf>,
     /// With --extract, write every image, not only the selected ones.
@@ -109,11 +111,14 @@ fn main() -> ExitCode {
     } else {
         ProgressBar::hidden()
     };
+    let extractor = args
+        .extract
+        .as_deref()
+        .map(|dir| extract::Extract::new(dir, args.all));
     let inspector = Inspect {
         devices: &devices,
         limits: &limits,
-        extract: args.extract.as_deref(),
-        all: args.all,
+        extract: extractor.as_ref(),
         progress: &progress,
     };
     let process_objects = match args.pid.map(inputs::process_objects) {
@@ -197,6 +202,12 @@ fn main() -> ExitCode {
     for e in &extract_errors {
         eprintln!("offload-probe: {e}");
     }
+    if let Some(why) = extractor
+        .filter(|_| extract_errors.is_empty())
+        .and_then(|x| x.nothing_written(&report.devices))
+    {
+        eprintln!("offload-probe: {why}");
+    }
     exit_status(&report, !extract_errors.is_empty())
 }
 
@@ -204,8 +215,7 @@ fn main() -> ExitCode {
 struct Inspect<'a> {
     devices: &'a [report::DeviceRow],
     limits: &'a Limits,
-    extract: Option<&'a Path>,
-    all: bool,
+    extract: Option<&'a extract::Extract<'a>>,
     progress: &'a ProgressBar,
 }
 
@@ -213,11 +223,9 @@ impl walk::Inspector for Inspect<'_> {
     type Report = (report::ObjectReport, Vec<String>);
 
     fn inspect(&self, path: &Path, named: bool) -> Self::Report {
+        let names = extract::FileNames::new(path, self.limits);
         let visit = |scope: &Scope<'_, '_>, selections: &[Selection]| match self.extract {
-            Some(dir) => extract(dir, path, scope, selections, self.all)
-                .err()
-                .into_iter()
-                .collect(),
+            Some(x) => x.scope(&names, scope, selections),
             None => Vec::new(),
         };
         let done = report::inspect(path, named, self.devices, self.limits, &visit);
@@ -266,43 +274,4 @@ fn exit_status(report: &report::Report, extract_failed: bool) -> ExitCode {
         .flat_map(|o| &o.verdicts)
         .any(|v| v.verdict == verdict::Verdict::Fails);
     ExitCode::from(u8::from(fails))
-}
-
-/// Writes the selected images of `scope` (or all of them) into `dir`, named
-/// `<file>-<container offset>-<index in container>-<bundle id>.co`.
-fn extract(
-    dir: &Path,
-    path: &Path,
-    scope: &Scope<'_, '_>,
-    selections: &[Selection],
-    all: bool,
-) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut wanted: Vec<usize> = if all {
-        (0..scope.images().len()).collect()
-    } else {
-        selections.iter().filter_map(|s| s.chosen).collect()
-    };
-    wanted.sort_unstable();
-    wanted.dedup();
-    let stem = path.file_name().unwrap_or_default().to_string_lossy();
-    for index in wanted {
-        let Some((container, local)) = scope.locate(index) else {
-            continue;
-        };
-        let image = &container.images()[local];
-        if image.size == 0 {
-            continue;
-        }
-        let bytes = container
-            .take_image(local)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let name = format!(
-            "{stem}-{:#x}-{local}-{}.co",
-            container.offset(),
-            image.id.replace('/', "_")
-        );
-        std::fs::write(dir.join(&name), &bytes).map_err(|e| format!("{name}: {e}"))?;
-    }
-    Ok(())
 }

@@ -385,6 +385,18 @@ pub fn temp_dir() -> TempPath {
     TempPath(p)
 }
 
+/// The files in `dir` (not below it), by name.
+pub fn files_in(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
 pub fn run_tool(cmd: &mut Command) -> Result<std::process::Output, String> {
     for v in BUNDLER_ENV {
         cmd.env_remove(v);

@@ -244,6 +244,49 @@ impl Cuda {
         out.sort();
         out
     }
+
+    /// `cuobjdump -xelf all` then `-xptx all` on `file` in a scratch
+    /// directory: each file it says it extracts, in its order, as (kind
+    /// `ELF`/`PTX`, number, name), and the files left in the directory by
+    /// name (a name written twice holds the last).
+    pub fn cuobjdump_extract_files(&self, file: &Path) -> CuobjdumpFiles {
+        let dir = temp_dir();
+        let mut listed = Vec::new();
+        for flag in ["-xelf", "-xptx"] {
+            let out = self
+                .cuobjdump_cmd()
+                .current_dir(&*dir)
+                .args([flag, "all"])
+                .arg(file)
+                .output()
+                .unwrap();
+            // "Extracting ELF file    1: k.1.sm_80.cubin", "Extracting PTX
+            // file and ptxas options    1: k.1.sm_80.ptx -arch=sm_80 ..."
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                let Some(rest) = line.strip_prefix("Extracting ") else {
+                    continue;
+                };
+                let (kind, rest) = rest.split_once(" file").unwrap();
+                let rest = rest.trim_start_matches(" and ptxas options");
+                let (n, name) = rest.split_once(": ").unwrap();
+                let name = name.split_whitespace().next().unwrap();
+                listed.push((kind.to_string(), n.trim().parse().unwrap(), name.into()));
+            }
+        }
+        CuobjdumpFiles {
+            listed,
+            files: files_in(&dir),
+        }
+    }
+}
+
+/// What `cuobjdump -xelf all -xptx all` wrote ([`Cuda::cuobjdump_extract_files`]).
+#[derive(Clone, Debug)]
+pub struct CuobjdumpFiles {
+    /// (kind `ELF`/`PTX`, number, file name), in the order it extracted them.
+    pub listed: Vec<(String, u32, String)>,
+    /// The files in its directory afterwards, by name.
+    pub files: std::collections::BTreeMap<String, Vec<u8>>,
 }
 
 /// One entry of `cuobjdump`'s dump.
