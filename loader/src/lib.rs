@@ -55,6 +55,7 @@ pub mod rule;
 pub mod select;
 pub mod target;
 pub mod text_bundle;
+pub mod verdict;
 
 pub use container::{scan, Container, Format, Scope};
 pub use discover::file::{MappedFile, SectionContainers};

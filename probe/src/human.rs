@@ -21,7 +21,12 @@ pub fn render(report: &Report, verbose: bool) -> String {
                 .as_deref()
                 .map(|n| format!(" {n}"))
                 .unwrap_or_default();
-            let _ = writeln!(out, "  [{i}] {}{name} ({})", d.target_id, d.source);
+            let of = d
+                .setting_of
+                .as_deref()
+                .map(|g| format!(", one setting of {g}, whose features were not given"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "  [{i}] {}{name} ({}{of})", d.target_id, d.source);
         }
     }
     if !report.backends.is_empty() {
@@ -48,14 +53,33 @@ pub fn render(report: &Report, verbose: bool) -> String {
             render_group(&mut out, report, &group, verbose);
         }
         for v in &object.verdicts {
+            let target = &report.devices[v.device].target_id;
+            if let [one] = &v.groups[..] {
+                let _ = writeln!(
+                    out,
+                    "  => {target}: {} ({} rule): {}",
+                    verdict_name(v.verdict),
+                    rule_name(one.rule),
+                    one.why
+                );
+                continue;
+            }
             let _ = writeln!(
                 out,
-                "  => {}: {} ({} rule): {}",
-                report.devices[v.device].target_id,
+                "  => {target}: {} ({} modules under {} rules)",
                 verdict_name(v.verdict),
-                rule_name(v.rule),
-                v.why
+                v.containers,
+                v.groups.len()
             );
+            for g in &v.groups {
+                let _ = writeln!(
+                    out,
+                    "       {} ({} rule): {}",
+                    verdict_name(g.verdict),
+                    rule_name(g.rule),
+                    g.why
+                );
+            }
         }
     }
     render_coverage(&mut out, report);
@@ -82,17 +106,16 @@ fn rule_name(r: Rule) -> &'static str {
 }
 
 /// Per device, the files with code of its vendor that have no image for it:
-/// printed when more than one file was inspected.
+/// printed when more than one file was inspected, or when nothing inspected
+/// has code for a device.
 fn render_coverage(out: &mut String, report: &Report) {
-    if report.objects.len() < 2 {
-        return;
-    }
     let mut wrote = false;
     for row in &report.coverage {
         let device = &report.devices[row.device];
         let others = row.objects_for_other_gpus.len();
         let total = row.objects_with_image + row.objects_without_image.len() + others;
-        if total == 0 {
+        let nothing = row.fails && row.objects_without_image.is_empty();
+        if !nothing && (report.objects.len() < 2 || total == 0) {
             continue;
         }
         if !wrote {
@@ -100,6 +123,15 @@ fn render_coverage(out: &mut String, report: &Report) {
             wrote = true;
         }
         let vendor = device.vendor.to_uppercase();
+        if nothing {
+            let _ = writeln!(
+                out,
+                "  {}: FAILS: the {others} files with {vendor} GPU code are all for other GPUs: \
+                 nothing here can run on it",
+                device.target_id
+            );
+            continue;
+        }
         let others = if others > 0 {
             format!(" ({others} for other GPUs: these devices do not load them)")
         } else {
@@ -137,10 +169,12 @@ fn render_coverage(out: &mut String, report: &Report) {
     }
 }
 
-/// Section, format and image IDs: what containers of one group share.
+/// Section, format and image IDs (sorted): what containers of one group share.
 type GroupKey<'a> = (String, Option<&'a str>, Vec<&'a str>);
 
-/// Containers of one section with the same format and image IDs.
+/// Containers of one section with the same format and the same image IDs,
+/// in any order (jax's fat binaries hold the same nine images in different
+/// orders).
 fn group(containers: &[ContainerReport]) -> Vec<Vec<&ContainerReport>> {
     let mut groups: BTreeMap<GroupKey<'_>, Vec<&ContainerReport>> = BTreeMap::new();
     let mut order = Vec::new();
@@ -149,13 +183,33 @@ fn group(containers: &[ContainerReport]) -> Vec<Vec<&ContainerReport>> {
             order.push(vec![c]);
             continue;
         }
-        let ids = c.images.iter().map(|i| i.bundle_id.as_str()).collect();
+        let mut ids: Vec<&str> = c.images.iter().map(|i| i.bundle_id.as_str()).collect();
+        ids.sort_unstable();
         let key = (c.section.clone(), c.format, ids);
         groups.entry(key).or_default().push(c);
     }
     order.extend(groups.into_values());
     order.sort_by_key(|g| g[0].offset);
     order
+}
+
+/// For each image of `c`, the index of the image of `first` with the same
+/// bundle ID (the n-th of an ID to the n-th): the two hold the same IDs.
+fn in_first_order(first: &ContainerReport, c: &ContainerReport) -> Vec<usize> {
+    let mut taken = vec![false; first.images.len()];
+    c.images
+        .iter()
+        .enumerate()
+        .map(|(j, image)| {
+            let at = (0..first.images.len())
+                .find(|&i| !taken[i] && first.images[i].bundle_id == image.bundle_id)
+                .unwrap_or(j);
+            if let Some(t) = taken.get_mut(at) {
+                *t = true;
+            }
+            at
+        })
+        .collect()
 }
 
 fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], verbose: bool) {
@@ -180,10 +234,24 @@ fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], v
         .as_ref()
         .map(|c| format!(", CCOB v{} {}", c.version, c.method))
         .unwrap_or_default();
+    // Image sizes are of the code itself: inflated where the container
+    // stores it compressed, so they can exceed the bytes in the file.
+    let inflated = group.iter().any(|c| {
+        c.compression.is_some()
+            || c.images
+                .iter()
+                .any(|i| i.compressed || i.compression.is_some())
+    });
+    let sizes = match (group.len() > 1, inflated) {
+        (false, false) => "",
+        (false, true) => " (image sizes uncompressed)",
+        (true, false) => " (image sizes are totals)",
+        (true, true) => " (image sizes are uncompressed totals)",
+    };
     if group.len() == 1 {
         let _ = writeln!(
             out,
-            "  {member}{} {format} at {:#x}, {}{compressed}, {} images:",
+            "  {member}{} {format} at {:#x}, {} in the file{compressed}, {} images{sizes}:",
             first.section,
             first.offset,
             size(bytes),
@@ -192,19 +260,23 @@ fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], v
     } else {
         let _ = writeln!(
             out,
-            "  {member}{} {} {format}s, {}{compressed}, each with {} images (sizes are totals):",
+            "  {member}{} {} {format}s, {} in the file{compressed}, each with {} images{sizes}:",
             first.section,
             group.len(),
             size(bytes),
             first.images.len()
         );
     }
+    let orders: Vec<Vec<usize>> = group.iter().map(|c| in_first_order(first, c)).collect();
+    let mut each = vec![0u64; first.images.len()];
+    for (c, order) in group.iter().zip(&orders) {
+        for (image, &i) in c.images.iter().zip(order) {
+            if let Some(total) = each.get_mut(i) {
+                *total += image.size;
+            }
+        }
+    }
     for (i, image) in first.images.iter().enumerate() {
-        let each: u64 = group
-            .iter()
-            .filter_map(|c| c.images.get(i))
-            .map(|im| im.size)
-            .sum();
         let code = match (image.code, image.compression) {
             (Some(code), Some(method)) => format!("  {code}, {method}"),
             (Some(code), None) => format!("  {code}"),
@@ -215,7 +287,7 @@ fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], v
             out,
             "    [{i}] {:<48} {:>10}{code}",
             image.bundle_id,
-            size(each)
+            size(each[i])
         );
     }
     if first.kernel_less {
@@ -224,12 +296,8 @@ fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], v
         );
     }
     for (d, device) in report.devices.iter().enumerate() {
-        let targets_vendor = first.images.iter().any(|i| {
-            offload_loader::target::Triple::parse(&i.triple)
-                .gpu_vendor()
-                .is_some_and(|v| v.to_string() == device.vendor)
-        });
-        if !targets_vendor {
+        let vendor = device.target.vendor();
+        if !first.module.is_some_and(|m| m.targets(vendor)) {
             let _ = writeln!(
                 out,
                 "  device [{d}] {}: no {} code here",
@@ -237,9 +305,11 @@ fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], v
             );
             continue;
         }
+        // Each container's choice, as the index of the same image in `first`.
         let mut chosen: BTreeMap<Option<usize>, usize> = BTreeMap::new();
-        for c in group {
-            *chosen.entry(c.selected[d].image).or_default() += 1;
+        for (c, order) in group.iter().zip(&orders) {
+            let image = c.selected[d].image.and_then(|j| order.get(j).copied());
+            *chosen.entry(image).or_default() += 1;
         }
         for (image, count) in &chosen {
             let of = if group.len() > 1 {
@@ -254,7 +324,10 @@ fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], v
                         "  device [{d}] {} loads [{i}] {}{of}",
                         device.target_id, first.images[*i].bundle_id
                     );
-                    let Some(c) = group.iter().find(|c| c.selected[d].image == Some(*i)) else {
+                    let Some(c) = group.iter().zip(&orders).find_map(|(c, order)| {
+                        let mine = c.selected[d].image.and_then(|j| order.get(j));
+                        (mine == Some(i)).then_some(c)
+                    }) else {
                         continue;
                     };
                     let s = &c.selected[d];

@@ -268,10 +268,11 @@ fn exit_status(report: &report::Report, extract_failed: bool) -> ExitCode {
     }
     // Exit 1 where a file cannot run on a device by the rule of the runtime
     // that loads it (see `verdict`).
-    let fails = report
-        .objects
-        .iter()
-        .flat_map(|o| &o.verdicts)
-        .any(|v| v.verdict == verdict::Verdict::Fails);
+    let fails = report.coverage.iter().any(|c| c.fails)
+        || report
+            .objects
+            .iter()
+            .flat_map(|o| &o.verdicts)
+            .any(|v| v.verdict == verdict::Verdict::Fails);
     ExitCode::from(u8::from(fails))
 }

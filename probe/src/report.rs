@@ -11,6 +11,8 @@ use offload_loader::{
 use rayon::prelude::*;
 use serde::Serialize;
 
+use offload_loader::verdict::Module;
+
 use crate::verdict::{Rule, Verdict, VerdictRow};
 
 /// A device the report selects for.
@@ -34,6 +36,10 @@ pub struct DeviceRow {
     /// Whether xnack/sramecc could not be told (KFD).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub features_unknown: bool,
+    /// The `--device` as given, where it left features unstated: this row
+    /// is one of the settings it may run in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setting_of: Option<String>,
     #[serde(skip)]
     pub target: DeviceTarget,
 }
@@ -71,15 +77,10 @@ pub struct CoverageRow {
     pub objects_without_image: Vec<String>,
     /// Files of GPU code for other GPUs only, by path.
     pub objects_for_other_gpus: Vec<String>,
-}
-
-/// Whether container `c` holds code of `device`'s vendor.
-pub fn targets_vendor(c: &ContainerReport, device: &DeviceRow) -> bool {
-    c.images.iter().any(|i| {
-        offload_loader::target::Triple::parse(&i.triple)
-            .gpu_vendor()
-            .is_some_and(|v| v.to_string() == device.vendor)
-    })
+    /// No file with GPU code of its vendor can run on it: those files fail
+    /// there or are all for other GPUs (exit status 1). A device of a vendor
+    /// none of the files has code for misses nothing.
+    pub fails: bool,
 }
 
 /// Coverage of `objects` for each of `devices`, by their verdicts: files
@@ -93,6 +94,7 @@ pub fn coverage(devices: &[DeviceRow], objects: &[ObjectReport]) -> Vec<Coverage
                 objects_with_image: 0,
                 objects_without_image: Vec::new(),
                 objects_for_other_gpus: Vec::new(),
+                fails: false,
             };
             for o in objects {
                 match o.verdicts.iter().find(|v| v.device == d).map(|v| v.verdict) {
@@ -102,6 +104,8 @@ pub fn coverage(devices: &[DeviceRow], objects: &[ObjectReport]) -> Vec<Coverage
                     None => {}
                 }
             }
+            row.fails = row.objects_with_image == 0
+                && !(row.objects_without_image.is_empty() && row.objects_for_other_gpus.is_empty());
             row
         })
         .collect()
@@ -174,6 +178,9 @@ pub struct ContainerReport {
     /// when broken).
     #[serde(serialize_with = "crate::verdict::optional_rule_name")]
     pub rule: Option<Rule>,
+    /// The module as a verdict counts it (`None` when broken).
+    #[serde(skip)]
+    pub module: Option<Module>,
 }
 
 /// A compressed bundle's header.
@@ -310,6 +317,7 @@ pub fn inspect(
             error: None,
             kernel_less: false,
             rule: None,
+            module: None,
         };
         let mut rows = Vec::new();
         for e in found.containers.iter().filter_map(|c| c.as_ref().err()) {
@@ -329,7 +337,10 @@ pub fn inspect(
                     .collect();
                 let failed = visit(scope, &selections);
                 let mut row = row();
-                row.rule = Some(Rule::of(&found.section, scope.containers()[0]));
+                let module = Module::of(&found.section, scope);
+                row.rule = Some(module.rule);
+                row.kernel_less = module.kernel_less;
+                row.module = Some(module);
                 (scope_row(path, scope, selections, row), failed)
             })
             .collect();
@@ -340,8 +351,22 @@ pub fn inspect(
         rows.sort_by_key(|r| r.offset);
         report.containers.extend(rows);
     }
-    report.verdicts = crate::verdict::of(&report, devices);
+    report.verdicts = verdicts(&report.containers, devices);
     (report, errors)
+}
+
+/// The verdicts of a file of `containers` for `devices` (broken containers
+/// are no modules).
+fn verdicts(containers: &[ContainerReport], devices: &[DeviceRow]) -> Vec<VerdictRow> {
+    let modules: Vec<(&ContainerReport, Module)> = containers
+        .iter()
+        .filter_map(|c| Some((c, c.module?)))
+        .collect();
+    let targets: Vec<DeviceTarget> = devices.iter().map(|d| d.target).collect();
+    let plain: Vec<Module> = modules.iter().map(|(_, m)| *m).collect();
+    crate::verdict::of(&plain, &targets, |m, d| {
+        modules[m].0.selected[d].image.is_some()
+    })
 }
 
 /// The row of one selection scope.
@@ -357,13 +382,6 @@ fn scope_row(
     row.size = last.offset() + last.len() - first.offset();
     row.containers = (containers.len() > 1).then_some(containers.len());
     row.format = Some(first.format().name());
-    // Only a device without an image asks whether the container is nvlink's
-    // kernel-less stub (which inflates its cubin), and only in the sections
-    // nvlink writes: a fat binary kept as data is the library's own module.
-    let stub_section = row.rule != Some(offload_loader::rule::Rule::Data);
-    row.kernel_less = stub_section
-        && selections.iter().any(|s| s.chosen.is_none())
-        && containers.iter().all(|c| c.is_kernel_less());
     row.compression = first.compression().map(|h| CompressionReport {
         version: h.version,
         method: h.method.name(),

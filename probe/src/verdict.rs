@@ -1,11 +1,13 @@
-//! What a missing image means, by the rule of the runtime that loads the
-//! container ([`Rule`], shared with `slim`): a verdict per file and device,
-//! which the report, `--json` and the exit status share.
+//! The verdicts of a file as the report carries them: for each device it
+//! has code for, the file's verdict and one per rule group, decided by
+//! [`offload_loader::verdict`] (shared with `slim`); this module only shapes
+//! them for `--json` and the human report.
 
 pub use offload_loader::rule::Rule;
+pub use offload_loader::verdict::Verdict;
+use offload_loader::verdict::{judge, Group, Module};
+use offload_loader::DeviceTarget;
 use serde::{Serialize, Serializer};
-
-use crate::report::{targets_vendor, ContainerReport, DeviceRow, ObjectReport};
 
 /// A rule as `--json` writes it: its name.
 pub fn rule_name<S: Serializer>(rule: &Rule, s: S) -> Result<S::Ok, S::Error> {
@@ -20,18 +22,9 @@ pub fn optional_rule_name<S: Serializer>(rule: &Option<Rule>, s: S) -> Result<S:
     }
 }
 
-/// What a file means for a device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verdict {
-    /// Every container with code of the device's vendor has an image for it.
-    Loads,
-    /// Some modules have no image for it, which their runtime allows.
-    Partly,
-    /// It cannot run on the device (exit status 1).
-    Fails,
-    /// GPU code for other GPUs only: these devices do not load it.
-    ForOtherGpus,
+/// A verdict as `--json` writes it: its name.
+fn verdict_name<S: Serializer>(verdict: &Verdict, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(verdict.name())
 }
 
 /// One file's verdict for one device.
@@ -39,103 +32,104 @@ pub enum Verdict {
 pub struct VerdictRow {
     /// Index into the report's devices.
     pub device: usize,
+    #[serde(serialize_with = "verdict_name")]
     pub verdict: Verdict,
-    /// The rule that decided it.
+    /// The rule of the group that decided it (the worst group's).
     #[serde(serialize_with = "rule_name")]
     pub rule: Rule,
-    /// Containers with code of the device's vendor, and how many of them have no image for it.
+    /// Modules with code of the device's vendor, and how many of them have
+    /// no image for it, over every group.
     pub containers: usize,
     pub without_image: usize,
     /// The verdict in words.
     pub why: String,
+    /// One per rule that governs some of the file's modules.
+    pub groups: Vec<GroupRow>,
 }
 
-/// The verdict of `object` for each of `devices` that it has code for.
-pub fn of(object: &ObjectReport, devices: &[DeviceRow]) -> Vec<VerdictRow> {
+/// The verdict on the modules one rule governs.
+#[derive(Debug, Serialize)]
+pub struct GroupRow {
+    #[serde(serialize_with = "rule_name")]
+    pub rule: Rule,
+    #[serde(serialize_with = "verdict_name")]
+    pub verdict: Verdict,
+    /// Every module under the rule, kernel-less stubs included: the same
+    /// for every device of the vendor.
+    pub modules: usize,
+    /// Of them, nvlink's kernel-less stubs, never without an image.
+    pub kernel_less: usize,
+    pub without_image: usize,
+    pub why: String,
+}
+
+/// The verdict of a file of `modules` for each of `devices` that it has
+/// code for; `has_image(m, d)` says whether module `m` has an image for
+/// device `d`.
+pub fn of(
+    modules: &[Module],
+    devices: &[DeviceTarget],
+    has_image: impl Fn(usize, usize) -> bool,
+) -> Vec<VerdictRow> {
     devices
         .iter()
         .enumerate()
-        .filter_map(|(d, device)| verdict(object, d, device))
+        .filter_map(|(d, device)| {
+            let file = judge(modules, device.vendor(), |m| has_image(m, d))?;
+            let target = device.to_string();
+            let groups: Vec<GroupRow> = file.groups.iter().map(|g| row(g, &target)).collect();
+            let decided = decisive(&file.groups, file.verdict);
+            Some(VerdictRow {
+                device: d,
+                verdict: file.verdict,
+                rule: decided.rule,
+                containers: groups.iter().map(|g| g.modules).sum(),
+                without_image: groups.iter().map(|g| g.without_image).sum(),
+                why: why(&groups, decided, &target),
+                groups,
+            })
+        })
         .collect()
 }
 
-fn verdict(object: &ObjectReport, d: usize, device: &DeviceRow) -> Option<VerdictRow> {
-    let mine: Vec<&ContainerReport> = object
-        .containers
+/// The group whose verdict is the file's (the first of the worst), or where
+/// the file is partly served by groups that each load, the first with
+/// modules left without an image.
+fn decisive(groups: &[Group], verdict: Verdict) -> &Group {
+    groups
         .iter()
-        .filter(|c| c.error.is_none() && !c.kernel_less && targets_vendor(c, device))
-        .collect();
-    if mine.is_empty() {
-        return None;
-    }
-    let has = |c: &&&ContainerReport| c.selected[d].image.is_some();
-    let count = |rules: &[Rule]| {
-        let of: Vec<&&ContainerReport> = mine
-            .iter()
-            .filter(|c| c.rule.is_some_and(|r| rules.contains(&r)))
-            .collect();
-        let without = of.iter().filter(|c| !has(c)).count();
-        (of.len(), without)
-    };
-    let row =
-        |verdict, rule, (containers, without_image): (usize, usize), why: String| VerdictRow {
-            device: d,
-            verdict,
-            rule,
-            containers,
-            without_image,
-            why,
-        };
-    let target = &device.target_id;
-    // Registered at start-up: one without an image is a failure.
-    for rule in [Rule::Hip, Rule::Openmp] {
-        let (n, without) = count(&[rule]);
-        if without > 0 {
-            let why = format!(
-                "{without} of {n} containers have no image for {target}: {}",
-                rule.consequence()
-            );
-            return Some(row(Verdict::Fails, rule, (n, without), why));
+        .find(|g| g.verdict == verdict)
+        .or_else(|| groups.iter().find(|g| g.without_image > 0))
+        .unwrap_or(&groups[0])
+}
+
+/// The file's verdict in words: the one group's, or each group's in turn.
+fn why(groups: &[GroupRow], decided: &Group, target: &str) -> String {
+    match groups {
+        [one] => one.why.clone(),
+        _ if groups.iter().all(|g| g.verdict == Verdict::Loads) => {
+            let n: usize = groups.iter().map(|g| g.modules).sum();
+            format!("all {n} modules have an image for {target}")
+        }
+        _ => {
+            let lead = decided.why(target);
+            let rest: Vec<String> = groups
+                .iter()
+                .filter(|g| g.rule != decided.rule)
+                .map(|g| format!("{} rule: {}", g.rule.name(), g.why))
+                .collect();
+            format!("{lead} ({})", rest.join("; "))
         }
     }
-    // Modules the program or the CUDA runtime loads when needed.
-    let (n, without) = count(&[Rule::Cuda, Rule::Data]);
-    if n > 0 && without == n {
-        let rule = if count(&[Rule::Data]).0 == n {
-            Rule::Data
-        } else {
-            Rule::Cuda
-        };
-        let why = format!(
-            "none of its {n} modules has an image for {target}: no kernel of it can run there"
-        );
-        return Some(row(Verdict::Fails, rule, (n, without), why));
+}
+
+fn row(group: &Group, target: &str) -> GroupRow {
+    GroupRow {
+        rule: group.rule,
+        verdict: group.verdict,
+        modules: group.modules,
+        kernel_less: group.kernel_less,
+        without_image: group.without_image,
+        why: group.why(target),
     }
-    let (files, files_without) = count(&[Rule::File]);
-    if files == mine.len() && files_without == files {
-        let why = format!("GPU code for other GPUs only: {target} does not load it");
-        return Some(row(
-            Verdict::ForOtherGpus,
-            Rule::File,
-            (files, files_without),
-            why,
-        ));
-    }
-    let (all, all_without) = (mine.len(), without + files_without);
-    // The rule of the first container without an image (or of the first).
-    let rule = mine
-        .iter()
-        .find(|c| !has(c))
-        .or(mine.first())
-        .and_then(|c| c.rule)
-        .unwrap_or(Rule::Cuda);
-    if all_without == 0 {
-        let why = format!("every container has an image for {target}");
-        return Some(row(Verdict::Loads, rule, (all, 0), why));
-    }
-    let why = format!(
-        "{all_without} of {all} modules have no image for {target}, which its runtime allows: {}",
-        rule.consequence()
-    );
-    Some(row(Verdict::Partly, rule, (all, all_without), why))
 }

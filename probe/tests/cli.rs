@@ -14,6 +14,17 @@ fn probe(args: &[&str]) -> Output {
         .expect("offload-probe runs")
 }
 
+/// The device rows a device name stands for: each setting of the features
+/// it leaves unstated.
+fn settings(device: &str) -> Vec<String> {
+    offload_loader::DeviceTarget::parse(device)
+        .unwrap()
+        .settings()
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
 fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -84,6 +95,25 @@ fn exit_status_says_whether_every_device_has_an_image() {
     };
     let lib = lib.to_str().unwrap();
     assert_eq!(probe(&["--device", "gfx1030", lib]).status.code(), Some(0));
+    // A bare gfx90a (an MI250X as people name it) is each of its settings,
+    // and each loads the code object of its xnack setting.
+    for name in ["gfx90a", "MI250X"] {
+        let out = probe(&["--json", "--device", name, lib]);
+        assert_eq!(out.status.code(), Some(0), "{name}");
+        let report = json(&out);
+        let rows = report["devices"].as_array().unwrap();
+        assert_eq!(rows.len(), 4);
+        for (d, row) in rows.iter().enumerate() {
+            assert_eq!(row["setting_of"], name);
+            let xnack =
+                &row["target_id"].as_str().unwrap()[row["target_id"].as_str().unwrap().len() - 7..];
+            for c in report["objects"][0]["containers"].as_array().unwrap() {
+                let chosen = c["selected"][d]["image"].as_u64().unwrap() as usize;
+                let id = c["images"][chosen]["bundle_id"].as_str().unwrap();
+                assert!(id.ends_with(xnack), "{name} {d}: {id}");
+            }
+        }
+    }
     let out = probe(&["--device", "gfx1030", "--device", "gfx1100", lib]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -666,8 +696,10 @@ fn device_spellings_mean_the_same_on_the_command_line_and_in_the_environment() {
             .env("OFFLOAD_LOADER_DEVICES", spelling)
             .output()
             .unwrap();
-        assert_eq!(devices(&flag), [device], "--device {spelling}");
-        assert_eq!(devices(&env), [device], "OFFLOAD_LOADER_DEVICES={spelling}");
+        // A device whose features are unstated is each setting it may run in.
+        let expected = settings(device);
+        assert_eq!(devices(&flag), expected, "--device {spelling}");
+        assert_eq!(devices(&env), expected, "OFFLOAD_LOADER_DEVICES={spelling}");
     }
     for spelling in [
         "compute_80",
@@ -715,7 +747,7 @@ fn every_product_name_is_a_device_on_the_command_line_and_in_the_environment() {
             .map(|d| d["target_id"].as_str().unwrap().to_string())
             .collect()
     };
-    let expected: Vec<&str> = products.iter().map(|p| p.target).collect();
+    let expected: Vec<String> = products.iter().flat_map(|p| settings(p.target)).collect();
     let mut args = vec!["--json"];
     for product in &products {
         args.extend(["--device", product.name]);

@@ -211,11 +211,24 @@ fn kfd_topology_with_gfx_overrides() {
         ("OFFLOAD_LOADER_KFD_ROOT", root_str),
     ];
     let report = detect(&base);
-    assert_eq!(
-        targets(&report),
-        ["gfx90a kfd", "gfx1101 kfd", "gfx908 kfd"]
-    );
+    // KFD tells no xnack or sramecc setting: each device is every setting
+    // its processor can run in, one row each, naming the device.
+    let settings = |p: &str| {
+        [
+            "sramecc+:xnack+",
+            "sramecc+:xnack-",
+            "sramecc-:xnack+",
+            "sramecc-:xnack-",
+        ]
+        .map(|s| format!("{p}:{s} kfd"))
+    };
+    let mut expected = settings("gfx90a").to_vec();
+    expected.push("gfx1101 kfd".into());
+    expected.extend(settings("gfx908"));
+    assert_eq!(targets(&report), expected);
     assert_eq!(report["devices"][0]["features_unknown"], true);
+    assert_eq!(report["devices"][0]["setting_of"], "gfx90a");
+    assert!(report["devices"][4].get("setting_of").is_none());
     assert_eq!(
         backend(&report, "kfd"),
         (

@@ -29,6 +29,7 @@ use offload_loader::bundle::Bundle;
 use offload_loader::image::CodeKind;
 use offload_loader::rule::Rule;
 use offload_loader::target::Vendor;
+use offload_loader::verdict::{judge, Module, Verdict};
 use offload_loader::{
     select, DeviceTarget, ImageSource, Limits, MappedFile, Policy, Rejection, SectionContainers,
 };
@@ -119,9 +120,10 @@ pub struct FileReport {
     /// without an image for the device, or the first of the file's CUDA
     /// modules when none has one: (device, section, container offset).
     pub missing: Vec<(String, String, u64)>,
-    /// Devices for which some of the file's CUDA modules have no image, which
-    /// the CUDA rule allows: (device, modules without one, modules).
-    pub partly: Vec<(String, usize, usize)>,
+    /// Devices for which some of the file's modules of one rule (CUDA, or
+    /// kept as data) have no image, which that rule allows: (device, rule,
+    /// modules of it without one, modules of it).
+    pub partly: Vec<(String, Rule, usize, usize)>,
     /// A read, write or verification error: the file is untouched.
     pub error: Option<String>,
     /// What the result could not keep of what the file was (its owner, and
@@ -531,7 +533,7 @@ struct Plan {
     missing: Vec<(String, String, u64)>,
     /// (device, modules without an image, modules) where some of a file's
     /// CUDA modules have none for a device, which the CUDA rule allows.
-    partly: Vec<(String, usize, usize)>,
+    partly: Vec<(String, Rule, usize, usize)>,
 }
 
 impl Plan {
@@ -557,26 +559,28 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
     let mut keep = BTreeSet::new();
     let mut chosen = vec![Vec::new(); options.devices.len()];
     let mut reasons: BTreeMap<(u64, usize), Vec<String>> = BTreeMap::new();
-    let mut missing = Vec::new();
-    // Per device: the file's CUDA modules (by the CUDA rule or loaded as
-    // data), how many have no image for it, and the first of those.
-    let mut modules = vec![(0usize, 0usize, None); options.devices.len()];
+    // Every module of the file (whatever is left in it), where it is, and
+    // per device whether it has an image there: the verdict's input
+    // (`offload_loader::verdict`, as the probe judges the result).
+    let mut modules = Vec::new();
+    let mut places = Vec::new();
+    let mut has = vec![Vec::new(); options.devices.len()];
     for s in sections {
         for scope in s.scopes() {
             let Some(first) = scope.containers().first().copied() else {
                 continue;
             };
-            let rule = Rule::of(&s.section, first);
-            let targets = |v: Vendor| {
-                scope
-                    .images()
-                    .iter()
-                    .any(|i| i.triple.gpu_vendor() == Some(v))
-            };
-            // Whether it is nvlink's kernel-less stub, which no device needs
-            // an image from: asked (it inflates the cubin) only where a
-            // device has none, and only in the sections nvlink writes.
-            let mut kernel_less = None;
+            let module = Module::of(&s.section, &scope);
+            // nvlink's kernel-less stub is no device's code and stays whole
+            // (about 1.5 KiB): emptied, it would read as a module without an
+            // image, and the result's verdict would not be the original's.
+            if module.kernel_less {
+                for c in scope.containers() {
+                    keep.extend((0..c.images().len()).map(|j| (c.offset(), j)));
+                }
+            }
+            modules.push(module);
+            places.push((s.section.name.clone(), first.offset()));
             for (d, device) in options.devices.iter().enumerate() {
                 let selection = select(device, &scope, &Policy::default());
                 if let Some(i) = selection.chosen {
@@ -585,24 +589,7 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
                         chosen[d].push((c.offset(), j));
                     }
                 }
-                let without = selection.chosen.is_none();
-                let stub = without
-                    && *kernel_less.get_or_insert_with(|| {
-                        rule != Rule::Data && scope.containers().iter().all(|c| c.is_kernel_less())
-                    });
-                if targets(device.vendor()) && !stub {
-                    let place = (device.to_string(), s.section.name.clone(), first.offset());
-                    if rule.registered() && without {
-                        missing.push(place);
-                    } else if matches!(rule, Rule::Cuda | Rule::Data) {
-                        let m = &mut modules[d];
-                        m.0 += 1;
-                        if without {
-                            m.1 += 1;
-                            m.2.get_or_insert(place);
-                        }
-                    }
-                }
+                has[d].push(selection.chosen.is_some());
                 if options.keep_ptx && device.vendor() == Vendor::Nvidia {
                     for &(i, _) in &selection.compatible {
                         if scope.images()[i].declared == Some(CodeKind::Ptx) {
@@ -637,16 +624,7 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
             }
         }
     }
-    // A file none of whose modules has an image for a device: no kernel of
-    // it can run there. Some without one are what the CUDA rule allows.
-    let mut partly = Vec::new();
-    for (d, (total, without, first)) in modules.into_iter().enumerate() {
-        match first {
-            Some(place) if without == total => missing.push(place),
-            Some(_) => partly.push((options.devices[d].to_string(), without, total)),
-            None => {}
-        }
-    }
+    let (missing, partly) = shortfalls(&modules, &places, &has, &options.devices);
     Plan {
         keep,
         chosen,
@@ -654,6 +632,52 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
         missing,
         partly,
     }
+}
+
+/// Where devices find no image, by the verdict of each rule's group of the
+/// file's modules: every module of a group registered at start-up that has
+/// none, and the first of a CUDA or data group none of whose modules has
+/// one (`missing`); (device, modules without an image, modules) where some
+/// of such a group have none, which its runtime allows (`partly`).
+type Shortfalls = (
+    Vec<(String, String, u64)>,
+    Vec<(String, Rule, usize, usize)>,
+);
+
+fn shortfalls(
+    modules: &[Module],
+    places: &[(String, u64)],
+    has: &[Vec<bool>],
+    devices: &[DeviceTarget],
+) -> Shortfalls {
+    let (mut missing, mut partly) = (Vec::new(), Vec::new());
+    for (d, device) in devices.iter().enumerate() {
+        let Some(file) = judge(modules, device.vendor(), |m| has[d][m]) else {
+            continue;
+        };
+        let place = |m: usize| (device.to_string(), places[m].0.clone(), places[m].1);
+        for g in &file.groups {
+            match g.verdict {
+                Verdict::Fails if g.rule.registered() => missing.extend(
+                    (0..modules.len())
+                        .filter(|&m| {
+                            let module = &modules[m];
+                            module.rule == g.rule
+                                && module.targets(device.vendor())
+                                && !module.kernel_less
+                                && !has[d][m]
+                        })
+                        .map(place),
+                ),
+                Verdict::Fails => missing.extend(g.first_without.map(place)),
+                Verdict::Partly => {
+                    partly.push((device.to_string(), g.rule, g.without_image, g.modules));
+                }
+                Verdict::Loads | Verdict::ForOtherGpus => {}
+            }
+        }
+    }
+    (missing, partly)
 }
 
 fn summarise(

@@ -152,10 +152,12 @@ pub fn human(run: &Run<'_>) -> String {
                 "  {device} has no image in the {section} container at {at:#x}"
             );
         }
-        for (device, without, total) in &r.partly {
+        for (device, rule, without, total) in &r.partly {
             let _ = writeln!(
                 s,
-                "  {device}: {without} of {total} CUDA modules have no image for it, which the CUDA rule allows (only a launch of one of their kernels fails)"
+                "  {device}: {without} of {total} modules under the {} rule have no image for it, which that rule allows ({})",
+                rule.name(),
+                rule.consequence()
             );
         }
         for note in &r.notes {
@@ -302,7 +304,7 @@ pub fn json(run: &Run<'_>) -> String {
                 "sections_left": r.sections_left.iter().map(|(s, why)| json!({"section": s, "reason": why})).collect::<Vec<_>>(),
                 "holes": r.holes.iter().map(|h| json!({"section": h.section, "reason": h.why, "bytes": h.bytes})).collect::<Vec<_>>(),
                 "missing": r.missing.iter().map(|(d, s, at)| json!({"device": d, "section": s, "offset": at})).collect::<Vec<_>>(),
-                "partly": r.partly.iter().map(|(d, without, total)| json!({"device": d, "modules_without_image": without, "modules": total})).collect::<Vec<_>>(),
+                "partly": r.partly.iter().map(|(d, rule, without, total)| json!({"device": d, "rule": rule.name(), "modules_without_image": without, "modules": total})).collect::<Vec<_>>(),
                 "notes": r.notes,
                 "other_gpus": other_gpus,
             })
