@@ -285,3 +285,67 @@ fn beside_libcudart_registration_reaches_it() {
         "{err}"
     );
 }
+
+/// One truth: on every capability of CUDA's tables (desktop, Tegra, the
+/// ones no table classes), the runtime library registering an nvcc program
+/// takes the image the probe names for that device, or none where the probe
+/// finds none. The program holds desktop, Tegra (sm_87, sm_110) and
+/// arch-specific cubins, and PTX.
+#[test]
+fn the_runtime_and_the_probe_choose_alike_on_every_capability() {
+    let Some(cuda) = support::cuda() else { return };
+    let (Some(_), Some(probe)) = (
+        support::built("liboffload_test_drivers.so"),
+        support::built("offload-probe"),
+    ) else {
+        return;
+    };
+    let mut args = Vec::new();
+    for code in ["sm_75", "sm_80", "sm_87", "sm_90a", "sm_110", "sm_120"] {
+        let arch = code.replace("sm_", "compute_");
+        args.extend(["-gencode".to_string(), format!("arch={arch},code={code}")]);
+    }
+    args.extend(["-gencode".into(), "arch=compute_100,code=compute_100".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let Some(exe) = cuda.program_with_loader(&args) else {
+        return;
+    };
+    let mut chose = 0;
+    for sm in [75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 107, 110, 120, 121] {
+        let capability = format!("{}.{}", sm / 10, sm % 10);
+        let out = Command::new(&probe)
+            .args(["--json", "--device", &capability])
+            .arg(&exe)
+            .env_remove("OFFLOAD_LOADER_DEVICES")
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // The program's module (not nvlink's kernel-less stub).
+        let module = report["objects"][0]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c.get("kernel_less").is_none())
+            .unwrap();
+        let probe_choice = module["selected"][0]["image"].as_u64().map(|i| {
+            let image = &module["images"][i as usize];
+            let kind = image["code"].as_str().unwrap_or_default();
+            (image["target_id"].as_str().unwrap().to_string(), kind == "ptx")
+        });
+        let (stdout, stderr, log) = run(&exe, &capability);
+        let loaded = log.lines().any(|l| l.starts_with("cuda load"));
+        match &probe_choice {
+            Some((target, _)) => {
+                assert!(loaded, "sm_{sm}: the probe takes {target}, nothing loaded: {stderr}");
+                let line = stdout
+                    .lines()
+                    .find(|l| l.contains("image") && l.contains(&format!("{target} ")))
+                    .unwrap_or_else(|| panic!("sm_{sm}: not {target}: {stdout}"));
+                assert!(!line.is_empty());
+                chose += 1;
+            }
+            None => assert!(!loaded, "sm_{sm}: the probe takes nothing: {log}"),
+        }
+    }
+    assert!(chose >= 10, "{chose}");
+}
