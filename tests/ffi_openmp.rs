@@ -205,7 +205,7 @@ fn libomptarget() -> Option<std::path::PathBuf> {
     if lib.exists() {
         Some(lib)
     } else {
-        missing("LLVM 22's libomptarget", "liboffload-22");
+        missing("LLVM 22's libomptarget", "liboffload-22-dev");
         None
     }
 }
