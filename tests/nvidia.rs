@@ -660,3 +660,93 @@ fn ptx_compiles_for_a_gpu_where_the_rule_says_it_jits() {
     }
     assert!(checked >= 100, "{checked}");
 }
+
+/// A library whose modules hold arch-specific code only (vllm's
+/// `_vllm_fa3_C`: sm_90a only), slimmed for a GPU none is for: every module is
+/// emptied, and every module still counts. The probe on the result fails
+/// for the device slimmed for and for the one the code was for (no module
+/// has an image for either any more), with the original's module count,
+/// and says which modules were emptied; slim itself exits 1, as the probe
+/// on the original does for that device.
+#[test]
+fn emptied_modules_still_count() {
+    let Some(cuda) = support::cuda() else { return };
+    let Some(probe) = support::built("offload-probe") else {
+        return;
+    };
+    // Arch-specific cubins only, enough of them that removing them frees
+    // whole pages (slim leaves a section that would free less as it was).
+    let mut args = Vec::new();
+    for sm in ["90a", "100a", "103a", "110a", "120a", "121a"] {
+        args.extend([
+            "-gencode".to_string(),
+            format!("arch=compute_{sm},code=sm_{sm}"),
+        ]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let lib = cuda.nvcc(&args, NvOutput::SharedLibrary);
+    let run = |args: &[&str]| {
+        let out = Command::new(&probe)
+            .args(args)
+            .env_remove("OFFLOAD_LOADER_DEVICES")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (
+            out.status.code(),
+            text + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let lib = lib.to_str().unwrap();
+    let modules = |file: &str, device: &str| -> (Option<i32>, u64, u64, String) {
+        let (code, text) = run(&["--json", "--device", device, file]);
+        let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let v = &report["objects"][0]["verdicts"][0];
+        // Modules with kernels (nvlink's stub never lacks an image).
+        let stubs: u64 = v["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["kernel_less"].as_u64().unwrap())
+            .sum();
+        (
+            code,
+            v["containers"].as_u64().unwrap() - stubs,
+            v["without_image"].as_u64().unwrap(),
+            v["verdict"].as_str().unwrap().to_string(),
+        )
+    };
+    let (code, before, without, verdict) = modules(lib, "sm_80");
+    assert_eq!(
+        (code, without, verdict.as_str()),
+        (Some(1), before, "fails")
+    );
+    assert_eq!(modules(lib, "sm_90").3, "loads");
+    let dir = support::temp_dir();
+    let (code, text) = run(&[
+        "slim",
+        lib,
+        "--device",
+        "sm_80",
+        "--output",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{text}");
+    let slimmed = dir.join("libk.so");
+    let slimmed = slimmed.to_str().unwrap();
+    for device in ["sm_80", "sm_90"] {
+        let (code, after, without, verdict) = modules(slimmed, device);
+        assert_eq!(after, before, "{device}: the module count");
+        assert_eq!(
+            (code, without, verdict.as_str()),
+            (Some(1), after, "fails"),
+            "{device}"
+        );
+        let (_, human) = run(&["--device", device, slimmed]);
+        assert!(
+            human.contains("0 images (emptied: no image left)"),
+            "{human}"
+        );
+        assert!(human.contains("FAILS"), "{human}");
+    }
+}

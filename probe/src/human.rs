@@ -169,8 +169,9 @@ fn render_coverage(out: &mut String, report: &Report) {
     }
 }
 
-/// Section, format and image IDs (sorted): what containers of one group share.
-type GroupKey<'a> = (String, Option<&'a str>, Vec<&'a str>);
+/// Section, format, whether kernel-less, and image IDs (sorted): what
+/// containers of one group share.
+type GroupKey<'a> = (String, Option<&'a str>, bool, Vec<&'a str>);
 
 /// Containers of one section with the same format and the same image IDs,
 /// in any order (jax's fat binaries hold the same nine images in different
@@ -185,7 +186,7 @@ fn group(containers: &[ContainerReport]) -> Vec<Vec<&ContainerReport>> {
         }
         let mut ids: Vec<&str> = c.images.iter().map(|i| i.bundle_id.as_str()).collect();
         ids.sort_unstable();
-        let key = (c.section.clone(), c.format, ids);
+        let key = (c.section.clone(), c.format, c.kernel_less, ids);
         groups.entry(key).or_default().push(c);
     }
     order.extend(groups.into_values());
@@ -247,6 +248,11 @@ fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], v
         (false, true) => " (image sizes uncompressed)",
         (true, false) => " (image sizes are totals)",
         (true, true) => " (image sizes are uncompressed totals)",
+    };
+    let sizes = if first.images.is_empty() {
+        " (emptied: no image left)"
+    } else {
+        sizes
     };
     if group.len() == 1 {
         let _ = writeln!(
