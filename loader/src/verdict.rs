@@ -142,8 +142,11 @@ impl Group {
                 "{without} of {n} {unit} have no image for {device}: {}",
                 self.rule.consequence()
             ),
+            Verdict::Fails if n == 1 => {
+                format!("its one module has no image for {device}: no kernel of it can run there")
+            }
             Verdict::Fails => format!(
-                "none of its {n} {unit} has an image for {device}: no kernel of them can run there"
+                "none of its {n} modules has an image for {device}: no kernel of them can run there"
             ),
             Verdict::Partly => format!(
                 "{without} of {n} {unit} have no image for {device}, which its runtime allows: {}",

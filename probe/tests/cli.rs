@@ -560,16 +560,28 @@ fn a_pypi_rocm_installation() {
             .collect();
         assert_eq!(ours, theirs, "{}", path.display());
     }
-    // Coverage: gfx950 and gfx1201 are served by every AMD file, sm_80 by
-    // cuRAND, each counted among the files of its own vendor.
-    for d in 0..3 {
+    // Coverage: gfx950 (each of its four xnack/sramecc settings) and
+    // gfx1201 are served by every AMD file, sm_80 by cuRAND, each counted
+    // among the files of its own vendor.
+    let rows = report["devices"].as_array().unwrap();
+    let targets: Vec<&str> = rows
+        .iter()
+        .map(|d| d["target_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(targets.len(), 6, "{targets:?}");
+    assert!(targets[..4].iter().all(|t| t.starts_with("gfx950:")));
+    assert_eq!(&targets[4..], ["gfx1201", "sm_80"]);
+    for d in 0..rows.len() {
         assert_eq!(
             report["coverage"][d]["objects_without_image"],
             serde_json::json!([])
         );
+        assert_eq!(report["coverage"][d]["fails"], false);
     }
-    assert_eq!(report["coverage"][2]["objects_with_image"], 1);
-    assert_eq!(report["coverage"][0]["objects_with_image"], ours.len() - 1);
+    assert_eq!(report["coverage"][5]["objects_with_image"], 1);
+    for d in 0..5 {
+        assert_eq!(report["coverage"][d]["objects_with_image"], ours.len() - 1);
+    }
 }
 
 /// The probe's JSON and `--extract --all` on an nvcc 13.5 object with `a`, `f`,
