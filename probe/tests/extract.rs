@@ -40,6 +40,16 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// `offload-probe --json --extract DIR --all FILE` into a fresh DIR, which
+/// must succeed: the DIR and the report.
+fn extract_all(file: &Path) -> (support::TempPath, serde_json::Value) {
+    let dir = support::temp_dir();
+    let args = ["--json", "--extract", dir.to_str().unwrap(), "--all"];
+    let out = probe(&[&args[..], &[file.to_str().unwrap()]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    (dir, json(&out))
+}
+
 /// Every image of cuRAND (CUDA 13): the 186 entries of its `.nv_fatbin` are
 /// the files `cuobjdump -xelf all -xptx all` writes, name for name and byte
 /// for byte; the 1,747 fat binaries among its `.data`, which cuobjdump does
@@ -137,16 +147,7 @@ fn bundles_extract_as_llvm_objdump_names_them() {
         }
         let lib = tc.build(recipe);
         let file = lib.file_name().unwrap().to_str().unwrap();
-        let dir = support::temp_dir();
-        let out = probe(&[
-            "--json",
-            "--extract",
-            dir.to_str().unwrap(),
-            "--all",
-            lib.to_str().unwrap(),
-        ]);
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        let report = json(&out);
+        let (dir, report) = extract_all(&lib);
         let containers = report["objects"][0]["containers"].as_array().unwrap();
         assert_eq!(containers.len(), 2);
         let data = std::fs::read(&lib).unwrap();
@@ -190,16 +191,7 @@ fn other_images_extract_as_roc_obj_extract_names_their_uri() {
         return;
     };
     let obj = tc.build(support::OpenMp::new(&["gfx90a", "gfx1030"]));
-    let dir = support::temp_dir();
-    let out = probe(&[
-        "--json",
-        "--extract",
-        dir.to_str().unwrap(),
-        "--all",
-        obj.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let report = json(&out);
+    let (dir, report) = extract_all(&obj);
     let theirs = support::temp_dir();
     let mut uris = 0;
     for c in report["objects"][0]["containers"].as_array().unwrap() {
