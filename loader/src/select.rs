@@ -588,6 +588,10 @@ fn meet(a: &Image, b: &Image) -> bool {
     let (x, y) = match (&a.arch, &b.arch) {
         (Arch::Amdgpu(x), Arch::Amdgpu(y)) => (x, y),
         (Arch::Nvptx(_), Arch::Nvptx(_)) => return true,
+        // AMD's SPIR-V runs on every AMD GPU.
+        (Arch::AmdSpirv, other) | (other, Arch::AmdSpirv) => {
+            return other.vendor() == Some(Vendor::Amd)
+        }
         _ => return false,
     };
     let members = |id: &TargetId| -> Vec<&'static Processor> {
@@ -629,6 +633,7 @@ fn static_fit(image: &Image) -> Fit {
             capability: (0, 0),
             variant: 0,
         },
+        Arch::AmdSpirv => SPIRV_FIT,
         Arch::Nvptx(arch) => Fit {
             native: !(code == Some(CodeKind::Ptx) || image.declared == Some(CodeKind::Ptx)),
             specific: true,
@@ -702,20 +707,29 @@ fn rank(
         // settings not reported here come last (clang's
         // `isCompatibleTargetID`, which comgr and the bundler apply, does
         // not match a stated feature against an unstated one).
-        let first = |specific: Option<bool>, certain: bool| {
+        // clr takes native code objects before SPIR-V, which it compiles
+        // only where no code object fits.
+        let first = |native: Option<bool>, specific: Option<bool>, certain: bool| {
             selection
                 .compatible
                 .iter()
-                .filter(|(_, fit)| fit.certain == certain && specific != Some(!fit.specific))
+                .filter(|(_, fit)| {
+                    native != Some(!fit.native)
+                        && fit.certain == certain
+                        && specific != Some(!fit.specific)
+                })
                 .map(|&(i, _)| i)
                 .min()
         };
         let image = match runtime {
-            VendorRuntime::Hip => first(Some(true), true)
-                .or_else(|| first(Some(false), true))
-                .or_else(|| first(Some(true), false))
-                .or_else(|| first(Some(false), false)),
-            VendorRuntime::Libomptarget => first(None, true).or_else(|| first(None, false)),
+            VendorRuntime::Hip => first(Some(true), Some(true), true)
+                .or_else(|| first(Some(true), Some(false), true))
+                .or_else(|| first(Some(true), Some(true), false))
+                .or_else(|| first(Some(true), Some(false), false))
+                .or_else(|| first(Some(false), None, true)),
+            VendorRuntime::Libomptarget => {
+                first(None, None, true).or_else(|| first(None, None, false))
+            }
         };
         selection.vendor = Some(VendorChoice { runtime, image });
     }
@@ -780,9 +794,13 @@ fn check_content(
     if image.declared == Some(CodeKind::Unknown) && code == CodeKind::Unknown {
         return Err(Rejection::Unmodelled);
     }
+    // SPIR-V is loadable as AMD's portable code (`amdgcnspirv`), which the
+    // HIP runtime compiles; under any other name no runtime loads it.
+    let portable = image.arch == Arch::AmdSpirv;
     for kind in [Some(code), image.declared] {
         match kind {
             Some(CodeKind::Bitcode) => return Err(Rejection::NotLoadable("LLVM bitcode")),
+            Some(CodeKind::SpirV) if portable => {}
             Some(CodeKind::SpirV) => return Err(Rejection::NotLoadable("SPIR-V")),
             Some(CodeKind::Text) => {
                 return Err(Rejection::NotLoadable("text (assembly, LLVM IR or source)"))
@@ -820,6 +838,12 @@ fn check_content(
         (DeviceTarget::Amdgpu(dev), Arch::Amdgpu(img)) => {
             check_amdgpu(dev, img, content.and_then(|c| c.generic_version))
         }
+        (DeviceTarget::Amdgpu(_), Arch::AmdSpirv) if image.offload_kind == OffloadKind::Hip => {
+            Ok(SPIRV_FIT)
+        }
+        (DeviceTarget::Amdgpu(_), Arch::AmdSpirv) => Err(Rejection::NotLoadable(
+            "SPIR-V (only the HIP runtime compiles AMD's at load)",
+        )),
         (
             DeviceTarget::Nvidia {
                 capability,
@@ -842,6 +866,40 @@ fn check_content(
         }),
     }
 }
+
+/// How a portable image becomes code for the device, where it must: AMD's
+/// SPIR-V is compiled at load by the HIP runtime, which looks for the
+/// device's own ISA, then its generic ISA, then `spirv64-amd-amdhsa--
+/// amdgcnspirv` (clr `hipamd/src/hip_fatbin.cpp`,
+/// `FatBinaryInfo::ExtractFatBinaryUsingCOMGR`; in ROCm 7.0, beta in 6.4)
+/// and compiles it through comgr 3 (`AMD_COMGR_ACTION_TRANSLATE_SPIRV_TO_BC`,
+/// new in comgr 3.0, then codegen and link for the agent's ISA); NVIDIA's
+/// PTX is JIT-compiled by the CUDA driver. `None` for native code.
+pub fn compiled_at_load(image: &Image) -> Option<&'static str> {
+    let code = image.content.as_ref().map(|c| c.code).or(image.declared);
+    match &image.arch {
+        Arch::AmdSpirv => Some(
+            "compiled at load from SPIR-V by the HIP runtime (ROCm 7.0 and later, beta in 6.4; \
+             needs comgr 3.0 or later)",
+        ),
+        Arch::Nvptx(_) if code == Some(CodeKind::Ptx) => {
+            Some("JIT-compiled from PTX by the CUDA driver")
+        }
+        _ => None,
+    }
+}
+
+/// How AMD's SPIR-V fits any AMD GPU: compiled for it at load, so below
+/// every native code object, a generic family's included (clr's order:
+/// the device's own ISA, its generic ISA, then SPIR-V).
+const SPIRV_FIT: Fit = Fit {
+    native: false,
+    specific: false,
+    certain: true,
+    exact_features: 0,
+    capability: (0, 0),
+    variant: 0,
+};
 
 /// Whether a header's arch contradicts a container's claim: another processor,
 /// or a feature set one way in the claim and the other way in the header.
@@ -1332,6 +1390,68 @@ mod tests {
         );
     }
 
+    /// AMD's SPIR-V on every device: compatible with every AMD GPU, chosen
+    /// only where no code object (specific or generic) runs, as clr takes
+    /// it; every spelling of its bundle ID; never for NVIDIA or OpenMP.
+    #[test]
+    fn amd_spirv_is_taken_only_where_no_code_object_runs() {
+        for id in [
+            "hip-spirv64-amd-amdhsa--amdgcnspirv",
+            "hipv4-spirv64-amd-amdhsa--amdgcnspirv",
+            "hipv4-spirv64-amd-amdhsa-unknown-amdgcnspirv",
+        ] {
+            assert_eq!(images(&[id])[0].arch, Arch::AmdSpirv, "{id}");
+        }
+        let set = images(&[
+            "host-x86_64-unknown-linux-gnu-",
+            "hipv4-spirv64-amd-amdhsa--amdgcnspirv",
+            "hipv4-amdgcn-amd-amdhsa--gfx11-generic",
+            "hipv4-amdgcn-amd-amdhsa--gfx90a",
+        ]);
+        let mut spirv = 0;
+        for device in devices() {
+            let s = select(&device, &set, &Policy::default());
+            let want = match &device {
+                DeviceTarget::Nvidia { .. } => None,
+                DeviceTarget::Amdgpu(id) if id.processor.name == "gfx90a" => Some(3),
+                DeviceTarget::Amdgpu(id)
+                    if id
+                        .processor
+                        .generic()
+                        .is_some_and(|g| g.name == "gfx11-generic") =>
+                {
+                    Some(2)
+                }
+                DeviceTarget::Amdgpu(_) => Some(1),
+            };
+            assert_eq!(s.chosen, want, "{device}");
+            // clr's own order takes the same image.
+            assert_eq!(s.vendor.and_then(|v| v.image), want, "{device}");
+            if want == Some(1) {
+                spirv += 1;
+                assert!(compiled_at_load(&set[1]).unwrap().contains("SPIR-V"));
+            } else if want.is_some() {
+                let why = &s.rejected.iter().find(|(i, _)| *i == 1).unwrap().1;
+                assert_eq!(
+                    why.to_string(),
+                    format!(
+                        "it would run, but image {} fits better (native code needs no JIT \
+                         compilation)",
+                        want.unwrap()
+                    )
+                );
+            }
+        }
+        assert!(spirv > 20, "{spirv}");
+        let omp = pick("gfx1030", &["openmp-spirv64-amd-amdhsa--amdgcnspirv"]);
+        assert_eq!(omp.chosen, None);
+        assert_eq!(
+            omp.rejected[0].1.to_string(),
+            "it holds SPIR-V (only the HIP runtime compiles AMD's at load), which the driver \
+             cannot load as is"
+        );
+    }
+
     #[test]
     fn device_parse() {
         for (typed, device) in [
@@ -1385,6 +1505,7 @@ mod tests {
                 }
             }
         }
+        ids.push("hipv4-spirv64-amd-amdhsa--amdgcnspirv".into());
         let mut all = images(&ids.iter().map(String::as_str).collect::<Vec<_>>());
         for sm in NV_SMS {
             for (suffix, ptx) in [("", false), ("a", false), ("f", false), ("", true)] {

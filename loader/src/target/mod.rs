@@ -19,6 +19,10 @@ pub use names::Product;
 pub use nvptx::{ArchVariant, ComputeCapability, NvArch, Platform, PtxVersion};
 pub use triple::{Triple, Vendor};
 
+/// The target clang names AMD's SPIR-V by (`--offload-arch=amdgcnspirv`; the
+/// bundle entry `hipv4-spirv64-amd-amdhsa--amdgcnspirv`).
+pub const AMD_SPIRV: &str = "amdgcnspirv";
+
 /// The processor an image was built for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Arch {
@@ -26,6 +30,9 @@ pub enum Arch {
     Amdgpu(TargetId),
     /// An NVPTX architecture.
     Nvptx(NvArch),
+    /// AMD's portable code, `amdgcnspirv`: SPIR-V for any AMD GPU, which
+    /// the HIP runtime compiles for the device when it loads it.
+    AmdSpirv,
     /// A name that is not a valid target for its vendor (kept with the reason).
     Unknown {
         /// The name as written.
@@ -44,6 +51,7 @@ impl Arch {
             return Arch::None;
         }
         let parsed = match vendor {
+            Some(Vendor::Amd) if name == AMD_SPIRV => Ok(Arch::AmdSpirv),
             Some(Vendor::Amd) => TargetId::parse(name).map(Arch::Amdgpu),
             Some(Vendor::Nvidia) => NvArch::parse(name).map(Arch::Nvptx),
             None => Err(TargetIdError::UnknownProcessor(name.into())),
@@ -59,12 +67,14 @@ impl Arch {
     /// ([`TargetIdError::Alias`]).
     pub fn parse_bundle_target(vendor: Option<Vendor>, name: &str) -> Arch {
         match vendor {
-            Some(Vendor::Amd) if !name.is_empty() => TargetId::parse_primary(name)
-                .map(Arch::Amdgpu)
-                .unwrap_or_else(|error| Arch::Unknown {
-                    name: name.into(),
-                    error,
-                }),
+            Some(Vendor::Amd) if !name.is_empty() && name != AMD_SPIRV => {
+                TargetId::parse_primary(name)
+                    .map(Arch::Amdgpu)
+                    .unwrap_or_else(|error| Arch::Unknown {
+                        name: name.into(),
+                        error,
+                    })
+            }
             _ => Arch::parse(vendor, name),
         }
     }
@@ -72,7 +82,7 @@ impl Arch {
     /// The vendor whose devices this arch names.
     pub fn vendor(&self) -> Option<Vendor> {
         match self {
-            Arch::Amdgpu(_) => Some(Vendor::Amd),
+            Arch::Amdgpu(_) | Arch::AmdSpirv => Some(Vendor::Amd),
             Arch::Nvptx(_) => Some(Vendor::Nvidia),
             _ => None,
         }
@@ -84,6 +94,7 @@ impl fmt::Display for Arch {
         match self {
             Arch::Amdgpu(id) => id.fmt(f),
             Arch::Nvptx(arch) => arch.fmt(f),
+            Arch::AmdSpirv => f.write_str(AMD_SPIRV),
             Arch::Unknown { name, .. } => f.write_str(name),
             Arch::None => Ok(()),
         }

@@ -9,7 +9,7 @@ use std::fmt;
 /// The GPU vendor a triple's architecture belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Vendor {
-    /// `amdgcn`.
+    /// `amdgcn`, and AMD's SPIR-V (`spirv64-amd-amdhsa`).
     Amd,
     /// `nvptx`, `nvptx64`.
     Nvidia,
@@ -65,6 +65,9 @@ impl Triple {
     pub fn gpu_vendor(&self) -> Option<Vendor> {
         match self.arch.as_str() {
             "amdgcn" => Some(Vendor::Amd),
+            // AMD's portable code: SPIR-V the HIP runtime compiles for the
+            // GPU at load (clang's `--offload-arch=amdgcnspirv`).
+            "spirv64" if self.vendor == "amd" => Some(Vendor::Amd),
             "nvptx" | "nvptx64" => Some(Vendor::Nvidia),
             _ => None,
         }
