@@ -1189,3 +1189,86 @@ fn a_section_that_cannot_be_compacted_gets_holes() {
     assert_eq!(kept[0].1, "sm_90a");
     assert!(original.iter().any(|o| o.1 == "sm_90a" && o.3 == kept[0].3));
 }
+
+/// AMD's portable code: a clang-22 bundle of `amdgcnspirv` and `gfx90a`
+/// (object, executable, shared library). The probe gives gfx1100 the SPIR-V,
+/// compiled at load, and gfx90a its code object, and the file loads on both
+/// (HIP's rule: exit 0); slim for gfx90a removes the SPIR-V, and with
+/// `--keep-portable` (or its older name `--keep-ptx`) keeps it, the kept
+/// entries byte-identical to the original's as `roc-obj-ls` finds them.
+#[test]
+fn amd_spirv_is_chosen_where_no_code_object_runs_and_kept_on_request() {
+    let Some(tc) = toolchain() else { return };
+    let Some(probe) = probe() else { return };
+    let spirv = "hipv4-spirv64-amd-amdhsa--amdgcnspirv";
+    let native = "hipv4-amdgcn-amd-amdhsa--gfx90a";
+    for output in [Output::Object, Output::Executable, Output::SharedLibrary] {
+        let recipe = Hip::new(&["amdgcnspirv", "gfx90a"])
+            .arg("-use-spirv-backend")
+            .output(output);
+        let file = tc.build(recipe);
+        let out = Command::new(&probe)
+            .args([
+                "--json",
+                "--device",
+                "gfx1100",
+                "--device",
+                "gfx90a:sramecc+:xnack-",
+            ])
+            .arg(&file)
+            .env_remove("OFFLOAD_LOADER_DEVICES")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{output:?}");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let c = &report["objects"][0]["containers"][0];
+        let id = |d: usize| {
+            let i = c["selected"][d]["image"].as_u64().unwrap() as usize;
+            c["images"][i]["bundle_id"].as_str().unwrap().to_string()
+        };
+        assert_eq!((id(0), id(1)), (spirv.into(), native.into()), "{output:?}");
+        let how = c["selected"][0]["compiled_at_load"].as_str().unwrap();
+        assert!(how.contains("SPIR-V") && how.contains("comgr 3.0"), "{how}");
+        let spirv_at = c["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|i| i["bundle_id"] == spirv)
+            .unwrap();
+        assert_eq!(c["images"][spirv_at]["code"], "spir-v");
+        for v in report["objects"][0]["verdicts"].as_array().unwrap() {
+            assert_eq!(v["verdict"], "loads", "{output:?}");
+        }
+        // roc-obj-ls lists each bundle's entries and where they lie.
+        let entries = |f: &Path| -> Vec<(String, Vec<u8>)> {
+            roc_objects(f)
+                .unwrap()
+                .into_iter()
+                .map(|(_, id, bytes)| (id, bytes))
+                .filter(|(id, _)| !id.starts_with("host-"))
+                .collect()
+        };
+        let original = entries(&file);
+        assert!(original.iter().any(|(i, _)| i == spirv), "{output:?}");
+        for (extra, keeps_spirv) in [
+            (&[][..], false),
+            (&["--keep-portable"][..], true),
+            (&["--keep-ptx"][..], true),
+        ] {
+            let out = slimmed(&file, &["gfx90a:sramecc+:xnack-"], extra);
+            let kept = entries(&out);
+            let ids: Vec<&str> = kept.iter().map(|(i, _)| i.as_str()).collect();
+            let want: Vec<&str> = if keeps_spirv {
+                vec![spirv, native]
+            } else {
+                vec![native]
+            };
+            assert_eq!(ids, want, "{output:?} {extra:?}");
+            // Byte for byte the original's entries.
+            for (id, bytes) in &kept {
+                let theirs = &original.iter().find(|(i, _)| i == id).unwrap().1;
+                assert!(bytes == theirs, "{output:?} {extra:?}: {id}");
+            }
+        }
+    }
+}

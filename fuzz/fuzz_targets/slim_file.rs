@@ -35,7 +35,7 @@ fuzz_target!(|input: &[u8]| {
             DeviceTarget::parse("gfx1100").unwrap(),
             DeviceTarget::parse("sm_90").unwrap(),
         ],
-        keep_ptx: false,
+        keep_portable: false,
         limits: Limits { max_uncompressed: 1 << 20, ..Limits::default() },
     };
     let out = dir.join("out");

@@ -337,6 +337,9 @@ fn render_group(out: &mut String, report: &Report, group: &[&ContainerReport], v
                         continue;
                     };
                     let s = &c.selected[d];
+                    if let Some(how) = s.compiled_at_load {
+                        let _ = writeln!(out, "      {how}");
+                    }
                     if !s.assumed.is_empty() {
                         let _ = writeln!(
                             out,

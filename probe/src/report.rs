@@ -225,6 +225,11 @@ pub struct SelectedReport {
     /// report (`xnack+`): the fit is assumed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub assumed: Vec<String>,
+    /// How the chosen image becomes code for the device, where it is
+    /// portable code: compiled at load from AMD's SPIR-V by the HIP runtime
+    /// (with the ROCm and comgr that do it), or JIT-compiled from PTX.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compiled_at_load: Option<&'static str>,
     /// What the vendor runtime would load instead, where its rule differs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vendor: Option<VendorReport>,
@@ -402,6 +407,10 @@ fn scope_row(
         .map(|(device, s)| SelectedReport {
             device,
             image: s.chosen,
+            compiled_at_load: s
+                .chosen
+                .and_then(|i| scope.images().get(i))
+                .and_then(offload_loader::select::compiled_at_load),
             assumed: s.assumed,
             vendor: s
                 .vendor

@@ -73,9 +73,10 @@ struct Args {
     /// what they would do).
     #[arg(long)]
     dry_run: bool,
-    /// Also keep every PTX image an NVIDIA device could JIT.
-    #[arg(long)]
-    keep_ptx: bool,
+    /// Also keep the portable code a device could compile at load: NVIDIA's
+    /// PTX and AMD's SPIR-V (`--keep-ptx` is the older name).
+    #[arg(long, alias = "keep-ptx")]
+    keep_portable: bool,
     /// Print the machine-readable report.
     #[arg(long)]
     json: bool,
@@ -117,7 +118,7 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
     }
     let options = Options {
         devices: devices.iter().map(|d| d.target).collect(),
-        keep_ptx: args.keep_ptx,
+        keep_portable: args.keep_portable,
         limits: Limits::default(),
     };
     // An input truncated while it is read (a package upgrade beside us) is

@@ -26,12 +26,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use offload_loader::bundle::Bundle;
-use offload_loader::image::CodeKind;
 use offload_loader::rule::Rule;
-use offload_loader::target::Vendor;
 use offload_loader::verdict::{judge, Module, Verdict};
 use offload_loader::{
-    select, DeviceTarget, ImageSource, Limits, MappedFile, Policy, Rejection, SectionContainers,
+    select, DeviceTarget, Limits, MappedFile, Policy, Rejection, SectionContainers,
 };
 
 use crate::{ContainerReport, Outcome};
@@ -52,8 +50,9 @@ use temp::Temp;
 pub struct Options {
     /// The devices: every image one of them selects is kept.
     pub devices: Vec<DeviceTarget>,
-    /// Also keep every PTX image an NVIDIA device could JIT.
-    pub keep_ptx: bool,
+    /// Also keep the portable code a device could compile at load (NVIDIA's
+    /// PTX, AMD's SPIR-V), not only the image it selects.
+    pub keep_portable: bool,
     /// Bounds on reading.
     pub limits: Limits,
 }
@@ -590,9 +589,9 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
                     }
                 }
                 has[d].push(selection.chosen.is_some());
-                if options.keep_ptx && device.vendor() == Vendor::Nvidia {
-                    for &(i, _) in &selection.compatible {
-                        if scope.images()[i].declared == Some(CodeKind::Ptx) {
+                if options.keep_portable {
+                    for &(i, fit) in &selection.compatible {
+                        if !fit.native {
                             if let Some((c, j)) = scope.locate(i) {
                                 keep.insert((c.offset(), j));
                             }
@@ -1033,7 +1032,7 @@ mod tests {
     fn options() -> Options {
         Options {
             devices: vec![DeviceTarget::parse("gfx1100").unwrap()],
-            keep_ptx: false,
+            keep_portable: false,
             limits: Limits::default(),
         }
     }
