@@ -720,3 +720,91 @@ fn managed_variables_have_their_initial_value_on_the_host() {
         assert!(copy.ends_with(&format!(" 8 {host}")), "{driver:?}: {calls}");
     }
 }
+
+/// AMD's portable code, with no vendor runtime: on a GPU the bundle has no
+/// code object for (gfx1100), the library compiles the `amdgcnspirv` image
+/// through comgr (the test double standing in for comgr 3, handed the
+/// image's SPIR-V byte for byte) and HSA loads the code object comgr made;
+/// INFO says so. gfx90a loads its own code object and compiles nothing.
+/// With comgr 2.4 (Debian 12's, which has no SPIR-V) the host runs on and
+/// the lookup says what is needed.
+#[test]
+fn spirv_is_compiled_through_comgr_and_loaded_through_hsa() {
+    let Some(e) = loader() else { return };
+    let dir = scratch("hip-spirv");
+    let exe = e
+        .build(LinkedProgram::hip(&["amdgcnspirv", "gfx90a"], "app.hip").arg("-use-spirv-backend"));
+    let entry = |file: &Path, id: &str| {
+        let (_, fatbin) = e.tc.hip_fatbin(file);
+        e.tc.unbundle(&temp_file(&fatbin), id).unwrap()
+    };
+    let spirv = entry(&exe, "hipv4-spirv64-amd-amdhsa--amdgcnspirv");
+    assert!(spirv.starts_with(&[0x03, 0x02, 0x23, 0x07]));
+    // What comgr would make for gfx1100: clang's own code object for it.
+    let native = e.build(LinkedProgram::hip(&["gfx1100"], "app.hip"));
+    let code = entry(&native, "hipv4-amdgcn-amd-amdhsa--gfx1100");
+    let code_path = dir.join("gfx1100.co");
+    std::fs::write(&code_path, &code).unwrap();
+    let run = |version: &str| {
+        let (comgr, hsa) = (
+            dir.join(format!("comgr-{version}")),
+            dir.join(format!("hsa-{version}")),
+        );
+        for d in [&comgr, &hsa] {
+            let _ = std::fs::remove_dir_all(d);
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let log = dir.join(format!("log-{version}"));
+        let _ = std::fs::remove_file(&log);
+        let mut cmd = e.fake_driver(&exe, "gfx1100;gfx90a:sramecc+:xnack-", &log);
+        cmd.env("OFFLOAD_LOADER_COMGR_LIBRARY", &e.fake)
+            .env("FAKE_COMGR_VERSION", version)
+            .env("FAKE_COMGR_EXECUTABLE", &code_path)
+            .env("FAKE_COMGR_SAVE_DIR", &comgr)
+            .env("FAKE_HSA_SAVE_DIR", &hsa);
+        let out = output_text(&mut cmd);
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        (out, log, comgr, hsa)
+    };
+    let (out, log, comgr, hsa) = run("3.0");
+    assert!(
+        out.contains("app device=gfx1100 selected=0 image=1 target=amdgcnspirv"),
+        "{out}"
+    );
+    assert!(out.contains("app device=gfx1100 kernel=0"), "{out}");
+    assert!(
+        out.contains("app device=gfx90a:sramecc+:xnack- kernel=0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("device 0 gfx1100: hipv4-spirv64-amd-amdhsa--amdgcnspirv compiled from SPIR-V by comgr 3.0"),
+        "{out}"
+    );
+    assert!(std::fs::read(comgr.join("input.spv")).unwrap() == spirv);
+    assert!(std::fs::read(hsa.join("gfx1100.co")).unwrap() == code);
+    let compiles: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("comgr compile"))
+        .collect();
+    assert_eq!(compiles.len(), 1, "{log}");
+    assert!(
+        compiles[0].starts_with("comgr compile amdgcn-amd-amdhsa--gfx1100 "),
+        "{log}"
+    );
+    // Debian 12's comgr: nothing to compile with, the host runs on.
+    let (out, log, _, _) = run("2.4");
+    assert!(out.contains("app device=gfx1100 kernel=-"), "{out}");
+    assert!(
+        out.contains("SPIR-V is compiled at load by comgr 3.0 or later"),
+        "{out}"
+    );
+    assert!(
+        out.contains("comgr 2.4, which has no SPIR-V action"),
+        "{out}"
+    );
+    assert!(
+        out.contains("app device=gfx90a:sramecc+:xnack- kernel=0"),
+        "{out}"
+    );
+    assert!(!log.contains("comgr compile"), "{log}");
+}

@@ -42,6 +42,10 @@ pub enum DriverError {
     /// The image was already unloaded.
     #[error("the image was already unloaded")]
     Unloaded,
+    /// AMD SPIR-V to compile and no comgr that can: none found, or one
+    /// older than 3.0 (the first with `AMD_COMGR_ACTION_TRANSLATE_SPIRV_TO_BC`).
+    #[error("SPIR-V is compiled at load by comgr 3.0 or later: {0}")]
+    NoSpirvCompiler(String),
     /// What was asked has no implementation for this driver.
     #[error("{0} is not supported by this driver")]
     Unsupported(&'static str),

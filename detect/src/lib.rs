@@ -59,6 +59,7 @@
 //! | `HIP_VISIBLE_DEVICES` | this crate, for AMD devices | indices or UUIDs, as HIP reads it |
 //! | `CUDA_VISIBLE_DEVICES` | the CUDA driver | whatever the driver accepts |
 
+mod comgr;
 mod config;
 mod cuda;
 mod device;
@@ -79,6 +80,7 @@ use std::time::Duration;
 use offload_loader::target::Vendor;
 use once_cell::sync::OnceCell;
 
+pub use comgr::{compile_spirv, CompiledSpirv};
 pub use config::{Config, Vendors};
 pub use device::Device;
 pub use driver::LoadedImage;

@@ -103,6 +103,13 @@ pub enum DriverStatus {
         /// `cuGetErrorString`, e.g. `no CUDA-capable device is detected`.
         message: String,
     },
+    /// An `amd_comgr_status_t`.
+    Comgr {
+        /// The value, e.g. 1.
+        status: u32,
+        /// Its name in amd_comgr.h, e.g. `AMD_COMGR_STATUS_ERROR`.
+        name: &'static str,
+    },
 }
 
 impl fmt::Display for DriverStatus {
@@ -124,6 +131,7 @@ impl fmt::Display for DriverStatus {
                 write!(f, "{name} ({result})")?;
                 message
             }
+            DriverStatus::Comgr { status, name } => return write!(f, "{name} ({status})"),
         };
         if message.is_empty() {
             Ok(())

@@ -399,7 +399,7 @@ fn load(
     target: &Device,
     device: usize,
 ) -> Result<Arc<LoadedImage>, Error> {
-    let (bytes, id, origin) = {
+    let (bytes, id, origin, portable) = {
         let reading = library.enter().ok_or(Error::NoLibrary(library.id as i64))?;
         let Some(index) = selection.chosen else {
             return Err(Error::NoImage(reading.no_binary_message(
@@ -409,13 +409,27 @@ fn load(
             )));
         };
         let bytes = reading.image_bytes(index)?.into_owned();
+        let image = &reading.images()[index];
         (
             bytes,
-            reading.images()[index].id.to_string(),
+            image.id.to_string(),
             reading.origin(),
+            image.arch == offload_loader::target::Arch::AmdSpirv,
         )
     };
     loader_lock::check("a driver load");
+    // AMD's SPIR-V is compiled for the device first, as the HIP runtime
+    // does where a fat binary has no code object for it.
+    let bytes = if portable {
+        compile_spirv(&bytes, target, &id, device).map_err(|source| Error::Driver {
+            origin: origin.clone(),
+            what: format!("compiling {id} from SPIR-V"),
+            device,
+            source: Box::new(source),
+        })?
+    } else {
+        bytes
+    };
     let loaded = target
         .load(&bytes)
         .map(Arc::new)
@@ -427,6 +441,25 @@ fn load(
         })?;
     share_managed(library, &loaded, device);
     Ok(loaded)
+}
+
+/// `spirv`, image `id`, compiled through comgr for device `device`
+/// (`target`), said in INFO.
+fn compile_spirv(
+    spirv: &[u8],
+    target: &Device,
+    id: &str,
+    device: usize,
+) -> Result<Vec<u8>, offload_detect::DriverError> {
+    let compiled = offload_detect::compile_spirv(spirv, &target.target.to_string())?;
+    info::say([Message::Info(format!(
+        "device {device} {}: {id} compiled from SPIR-V by comgr {} ({}): {} bytes of code object",
+        target.target,
+        compiled.comgr,
+        compiled.library.display(),
+        compiled.code.len()
+    ))]);
+    Ok(compiled.code)
 }
 
 /// Points each managed variable's device-side pointer in the image just

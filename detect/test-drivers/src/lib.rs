@@ -1,9 +1,11 @@
-//! A test double of `libhsa-runtime64.so.1` and `libcuda.so.1` in one
+//! A test double of `libhsa-runtime64.so.1`, `libcuda.so.1` and (for AMD
+//! SPIR-V) `libamd_comgr.so.3` in one
 //! library: the same C symbols with the same signatures, with devices,
 //! failures and load results set by environment variables, so that
 //! offload-detect's production code runs unchanged without a GPU (only the
 //! library path differs: `OFFLOAD_LOADER_HSA_LIBRARY`,
-//! `OFFLOAD_LOADER_CUDA_LIBRARY`). Every variable is read at the time of the
+//! `OFFLOAD_LOADER_CUDA_LIBRARY`, `OFFLOAD_LOADER_COMGR_LIBRARY`; comgr's
+//! variables are in `comgr.rs`). Every variable is read at the time of the
 //! call.
 //!
 //! | variable | effect |
@@ -50,6 +52,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+mod comgr;
 mod cuda;
 mod hsa;
 mod hsa_runtime;
