@@ -255,34 +255,38 @@ impl Session {
     }
 
     fn new_data(&mut self, kind: u32) -> Result<Handle, DriverError> {
-        let mut h = Handle::default();
+        let create = self.api.create_data;
         // SAFETY: comgr writes one handle, released with the session.
-        check("amd_comgr_create_data", unsafe {
-            (self.api.create_data)(kind, &mut h)
-        })?;
+        let h = created("amd_comgr_create_data", |h| unsafe { create(kind, h) })?;
         self.data.push(h);
         Ok(h)
     }
 
     fn set(&mut self) -> Result<Handle, DriverError> {
-        let mut h = Handle::default();
+        let create = self.api.create_data_set;
         // SAFETY: comgr writes one handle, destroyed with the session.
-        check("amd_comgr_create_data_set", unsafe {
-            (self.api.create_data_set)(&mut h)
-        })?;
+        let h = created("amd_comgr_create_data_set", |h| unsafe { create(h) })?;
         self.sets.push(h);
         Ok(h)
     }
 
     fn info(&mut self) -> Result<Handle, DriverError> {
-        let mut h = Handle::default();
+        let create = self.api.create_action_info;
         // SAFETY: comgr writes one handle, destroyed with the session.
-        check("amd_comgr_create_action_info", unsafe {
-            (self.api.create_action_info)(&mut h)
-        })?;
+        let h = created("amd_comgr_create_action_info", |h| unsafe { create(h) })?;
         self.infos.push(h);
         Ok(h)
     }
+}
+
+/// A handle `create` (the comgr call `call`) writes.
+fn created(
+    call: &'static str,
+    create: impl FnOnce(*mut Handle) -> Status,
+) -> Result<Handle, DriverError> {
+    let mut h = Handle::default();
+    check(call, create(&mut h))?;
+    Ok(h)
 }
 
 impl Drop for Session {
