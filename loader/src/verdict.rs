@@ -132,6 +132,7 @@ impl Group {
     fn why_needed(&self, device: &str) -> String {
         let (n, without) = (self.modules - self.kernel_less, self.without_image);
         let unit = if n == 1 { "module" } else { "modules" };
+        let have = if without == 1 { "has" } else { "have" };
         match self.verdict {
             Verdict::Loads if n == 1 => format!("its one module has an image for {device}"),
             Verdict::Loads => format!("all {n} modules have an image for {device}"),
@@ -139,7 +140,7 @@ impl Group {
                 format!("GPU code for other GPUs only: {device} does not load it")
             }
             Verdict::Fails if self.rule.registered() => format!(
-                "{without} of {n} {unit} have no image for {device}: {}",
+                "{without} of {n} {unit} {have} no image for {device}: {}",
                 self.rule.consequence()
             ),
             Verdict::Fails if n == 1 => {
@@ -149,7 +150,7 @@ impl Group {
                 "none of its {n} modules has an image for {device}: no kernel of them can run there"
             ),
             Verdict::Partly => format!(
-                "{without} of {n} {unit} have no image for {device}, which its runtime allows: {}",
+                "{without} of {n} {unit} {have} no image for {device}, which its runtime allows: {}",
                 self.rule.consequence()
             ),
         }
