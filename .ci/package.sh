@@ -19,6 +19,9 @@ log=$(mktemp)
 # would be built instead of this one. These crates are never fetched from
 # crates.io, so their extracted copies go.
 rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/offload-{loader,detect,slim,probe,loader-ffi}-[0-9]*
+# Likewise the local registry an earlier run in this checkout left: the
+# verification of a crate took its dependencies' older packages from it.
+rm -rf target/package-check/package
 if ! CARGO_TARGET_DIR=target/package-check cargo package --workspace --allow-dirty \
   --exclude offload-loader-workspace --exclude offload-test-drivers >"$log" 2>&1; then
   cat "$log"
