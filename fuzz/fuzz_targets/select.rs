@@ -28,17 +28,15 @@ fn well_formed(s: &Selection, n: usize) {
 
 /// A chosen cubin and its device are both Tegra or both desktop, and a
 /// Tegra cubin is for the device's own GPU (CUDA C++ Programming Guide,
-/// "Binary Compatibility"); the chosen image is one of the compatible ones.
-fn tegra_rule(device: &DeviceTarget, image: &offload_loader::Image) {
-    use offload_loader::image::CodeKind;
+/// "Binary Compatibility"). Whether the chosen image is a cubin is its fit's
+/// (selection may have read the image's own header to tell).
+fn tegra_rule(device: &DeviceTarget, image: &offload_loader::Image, native: bool) {
     use offload_loader::target::{Arch, Platform};
     let (DeviceTarget::Nvidia { capability, .. }, Arch::Nvptx(arch)) = (device, &image.arch) else {
         return;
     };
-    let ptx = image.declared == Some(CodeKind::Ptx)
-        || image.content.as_ref().is_some_and(|c| c.code == CodeKind::Ptx);
     let tegra = |p: Platform| p == Platform::Tegra;
-    if !ptx && (tegra(arch.capability.platform()) || tegra(capability.platform())) {
+    if native && (tegra(arch.capability.platform()) || tegra(capability.platform())) {
         assert!(arch.capability.names_gpu(*capability), "{} chosen for {device}", arch);
     }
 }
@@ -83,8 +81,8 @@ fuzz_target!(|data: &[u8]| {
             }
             let s = select(device, &container, &Policy::default());
             well_formed(&s, images.len());
-            if let Some(i) = s.chosen {
-                tegra_rule(device, &images[i]);
+            if let Some(&(i, fit)) = s.compatible.first() {
+                tegra_rule(device, &images[i], fit.native);
             }
         }
     }
