@@ -874,17 +874,19 @@ fn check_content(
 /// `FatBinaryInfo::ExtractFatBinaryUsingCOMGR`; in ROCm 7.0, beta in 6.4)
 /// and compiles it through comgr 3 (`AMD_COMGR_ACTION_TRANSLATE_SPIRV_TO_BC`,
 /// new in comgr 3.0, then codegen and link for the agent's ISA); NVIDIA's
-/// PTX is JIT-compiled by the CUDA driver. `None` for native code.
-pub fn compiled_at_load(image: &Image) -> Option<&'static str> {
-    let code = image.content.as_ref().map(|c| c.code).or(image.declared);
+/// PTX is JIT-compiled by the CUDA driver. `None` for native code: whether
+/// the image is native is its `fit`'s, which selection decided, reading the
+/// image's own header where its container did not say.
+pub fn compiled_at_load(image: &Image, fit: &Fit) -> Option<&'static str> {
+    if fit.native {
+        return None;
+    }
     match &image.arch {
         Arch::AmdSpirv => Some(
             "compiled at load from SPIR-V by the HIP runtime (ROCm 7.0 and later, beta in 6.4; \
              needs comgr 3.0 or later)",
         ),
-        Arch::Nvptx(_) if code == Some(CodeKind::Ptx) => {
-            Some("JIT-compiled from PTX by the CUDA driver")
-        }
+        Arch::Nvptx(_) => Some("JIT-compiled from PTX by the CUDA driver"),
         _ => None,
     }
 }
@@ -1429,7 +1431,9 @@ mod tests {
             assert_eq!(s.vendor.and_then(|v| v.image), want, "{device}");
             if want == Some(1) {
                 spirv += 1;
-                assert!(compiled_at_load(&set[1]).unwrap().contains("SPIR-V"));
+                assert!(compiled_at_load(&set[1], &s.compatible[0].1)
+                    .unwrap()
+                    .contains("SPIR-V"));
             } else if want.is_some() {
                 let why = &s.rejected.iter().find(|(i, _)| *i == 1).unwrap().1;
                 assert_eq!(

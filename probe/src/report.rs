@@ -407,10 +407,10 @@ fn scope_row(
         .map(|(device, s)| SelectedReport {
             device,
             image: s.chosen,
-            compiled_at_load: s
-                .chosen
-                .and_then(|i| scope.images().get(i))
-                .and_then(offload_loader::select::compiled_at_load),
+            compiled_at_load: s.compatible.first().and_then(|(i, fit)| {
+                let image = scope.images().get(*i)?;
+                offload_loader::select::compiled_at_load(image, fit)
+            }),
             assumed: s.assumed,
             vendor: s
                 .vendor
