@@ -92,11 +92,7 @@ pub(crate) fn rewrite<'a>(
     for (i, (m, &size)) in members.iter().zip(&sizes).enumerate() {
         let header = &data[m.header as usize..m.data as usize];
         let name = m.name(data);
-        let index_width = match name {
-            b"/" => Some(4),
-            b"/SYM64/" => Some(8),
-            _ => None,
-        };
+        let index_width = index_width(name);
         if let Some(o) = new.remove(&i) {
             let mut h = header.to_vec();
             let field = format!("{size:<10}");
@@ -123,8 +119,48 @@ pub(crate) fn rewrite<'a>(
     Ok(out)
 }
 
-/// The symbol index (`/`: 32-bit, `/SYM64/`: 64-bit, big-endian) with each
-/// member offset moved.
+/// The width of a member's offsets when it is a symbol index (`/`: 32-bit,
+/// `/SYM64/`: 64-bit, big-endian; System V ABI, "Archive File"; GNU ar).
+pub(crate) fn index_width(name: &[u8]) -> Option<usize> {
+    match name {
+        b"/" => Some(4),
+        b"/SYM64/" => Some(8),
+        _ => None,
+    }
+}
+
+/// What a symbol index states: its symbol names (the string table, as it
+/// is) and, for each symbol in order, the index of the member that defines
+/// it among `members` of `data`, which the linker reads through the
+/// member's header offset.
+pub(crate) fn symbol_map(
+    body: &[u8],
+    width: usize,
+    data_members: &[Member],
+) -> Result<(Vec<usize>, Vec<u8>), Unsafe> {
+    let read = |at: usize| -> Option<u64> {
+        let b = body.get(at..at + width)?;
+        Some(b.iter().fold(0u64, |v, &x| v << 8 | u64::from(x)))
+    };
+    let short = || Unsafe::new("the symbol index is cut short");
+    let count = read(0).ok_or_else(short)?;
+    let names_at = (count as usize)
+        .checked_add(1)
+        .and_then(|n| n.checked_mul(width))
+        .filter(|&n| n <= body.len())
+        .ok_or_else(short)?;
+    let mut map = Vec::with_capacity(count as usize);
+    for i in 0..count as usize {
+        let offset = read(width * (1 + i)).ok_or_else(short)?;
+        let member = data_members
+            .binary_search_by_key(&offset, |m| m.header)
+            .map_err(|_| Unsafe::new(format!("the symbol index names no member at {offset:#x}")))?;
+        map.push(member);
+    }
+    Ok((map, body[names_at..].to_vec()))
+}
+
+/// The symbol index with each member offset moved.
 fn symbol_index(body: &[u8], width: usize, moved: &BTreeMap<u64, u64>) -> Result<Vec<u8>, Unsafe> {
     let read = |at: usize| -> Option<u64> {
         let b = body.get(at..at + width)?;
@@ -201,5 +237,34 @@ mod tests {
             u32::from_be_bytes(idx[8..12].try_into().unwrap()) as u64,
             ms2[2].header
         );
+    }
+
+    #[test]
+    fn an_index_states_the_same_map_after_its_members_move() {
+        let mut index = 2u32.to_be_bytes().to_vec();
+        let first = 8 + 60 + 16u64;
+        index.extend((first as u32).to_be_bytes());
+        index.extend(((first + 60 + 10) as u32).to_be_bytes());
+        index.extend(b"x\0y\0");
+        let mut data = MAGIC.to_vec();
+        data.extend(member("/", &index));
+        data.extend(member("a.o/", b"AAAAAAAAAA"));
+        data.extend(member("b.o/", b"BB"));
+        let ms = members(&data).unwrap();
+        let mut o = Output::default();
+        o.push(Piece::Owned(b"A".to_vec()));
+        let out = rewrite(&data, &ms, BTreeMap::from([(1, o)]))
+            .unwrap()
+            .to_vec();
+        let ms2 = members(&out).unwrap();
+        let map = |d: &[u8], m: &[Member]| symbol_map(&d[m[0].data as usize..][..16], 4, m);
+        assert_eq!(map(&data, &ms).unwrap(), (vec![1, 2], b"x\0y\0".to_vec()));
+        assert_eq!(map(&out, &ms2).unwrap(), map(&data, &ms).unwrap());
+        // An offset that is no member's header is an error, not a guess.
+        let mut bad = data.clone();
+        bad[8 + 60 + 4..8 + 60 + 8].copy_from_slice(&7u32.to_be_bytes());
+        assert!(map(&bad, &ms).is_err());
+        // A count past the body is cut short.
+        assert!(symbol_map(&u32::MAX.to_be_bytes(), 4, &ms).is_err());
     }
 }

@@ -124,6 +124,20 @@ fn archives(
         if o.size == n.size && ob == nb {
             continue;
         }
+        // The symbol index: what the linker reads of it is which member
+        // defines each symbol; the offsets that say so move with the members.
+        if let Some(width) = crate::archive::index_width(o.name(original)) {
+            let (was, is) = (
+                crate::archive::symbol_map(ob, width, &old).map_err(bad)?,
+                crate::archive::symbol_map(nb, width, &new).map_err(bad)?,
+            );
+            if was != is {
+                return Err(format!(
+                    "the archive's symbol index ({name}) names other members or symbols"
+                ));
+            }
+            continue;
+        }
         if !ob.starts_with(b"\x7fELF") {
             return Err(format!("archive member {name} changed"));
         }
