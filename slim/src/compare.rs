@@ -482,7 +482,14 @@ impl Map {
                     base_old.wrapping_add(os.sh_offset(LE)),
                     base_new.wrapping_add(ns.sh_offset(LE)),
                 );
-                for c in embedded_in(before, of, os.sh_size(LE)) {
+                // A `SHT_NOBITS` section occupies no file bytes (gABI,
+                // "Sections"): its offset range holds other sections' bytes.
+                let file_size = if os.sh_type(LE) == elf::SHT_NOBITS {
+                    0
+                } else {
+                    os.sh_size(LE)
+                };
+                for c in embedded_in(before, of, file_size) {
                     let k = kept
                         .iter()
                         .find(|k| k.old == c.offset())
@@ -728,18 +735,28 @@ fn symbols(old: &Elf<'_>, new: &Elf<'_>, pairs: &[usize], map: &Map) -> Result<(
                     // A symbol of an image that went: the section's end, empty.
                     || (n.st_size(LE) == 0 && map.went(ov) == Some(nv))
             };
-            if o.st_name(LE) != n.st_name(LE)
-                || o.st_info != n.st_info
-                || o.st_other != n.st_other
-                || old.symbol_section(o) != new.symbol_section(n)
-                || !value_ok
-                || (!offload && o.st_size(LE) != n.st_size(LE))
-            {
-                return Err(format!(
-                    "symbol {k} of {} changed beyond its move",
-                    old.name(i)
-                ));
-            }
+            let field = if o.st_name(LE) != n.st_name(LE) {
+                "st_name"
+            } else if o.st_info != n.st_info {
+                "st_info"
+            } else if o.st_other != n.st_other {
+                "st_other"
+            } else if old.symbol_section(o) != new.symbol_section(n) {
+                "st_shndx"
+            } else if !value_ok {
+                "st_value"
+            } else if !offload && o.st_size(LE) != n.st_size(LE) {
+                "st_size"
+            } else {
+                continue;
+            };
+            return Err(format!(
+                "symbol {k} of {} changed beyond its move ({field}; value {ov:#x} -> {nv:#x}, \
+                 size {} -> {})",
+                old.name(i),
+                o.st_size(LE),
+                n.st_size(LE),
+            ));
         }
     }
     Ok(())
@@ -953,6 +970,15 @@ fn memory(
         .e_phoff(LE)
         .saturating_add(u64::from(new.header.e_phnum(LE)) * 56);
     skip.push((first, first.saturating_add(headers)));
+    // A section header table a tool put inside a loaded segment (patchelf
+    // and auditwheel do, at the start of the segment they add): loaded
+    // bytes, but compared as the table it is (`sections`), when the
+    // result's table is loaded where the original's moved to.
+    if let Some((at, len)) = loaded_section_headers(old) {
+        if loaded_section_headers(new).is_some_and(|(n, l)| n == map.place(at) && l == len) {
+            skip.push((at, at.saturating_add(len)));
+        }
+    }
     for (i, s) in old.shdrs.iter().enumerate().take(pairs.len()) {
         let a = s.sh_addr(LE);
         if s.sh_flags(LE) & u64::from(elf::SHF_ALLOC) == 0 {
@@ -1012,6 +1038,23 @@ fn memory(
         }
     }
     Ok(())
+}
+
+/// Where the section header table of `f` is loaded (address and length),
+/// when a `PT_LOAD` segment's file bytes hold it whole.
+fn loaded_section_headers(f: &Elf<'_>) -> Option<(u64, u64)> {
+    let (off, len) = (
+        f.header.e_shoff(LE),
+        f.shdrs.len() as u64 * u64::from(f.header.e_shentsize(LE)),
+    );
+    f.phdrs
+        .iter()
+        .filter(|p| p.p_type(LE) == elf::PT_LOAD)
+        .find(|p| {
+            off >= p.p_offset(LE)
+                && off.saturating_add(len) <= p.p_offset(LE).saturating_add(p.p_filesz(LE))
+        })
+        .map(|p| (p.p_vaddr(LE).wrapping_add(off - p.p_offset(LE)), len))
 }
 
 /// Compares the original's image from `addr` up to `stop` with the
