@@ -475,3 +475,61 @@ fn rocblas_in_place_removes_other_gpus_files_only_when_asked() {
         ["Kernels.so-000-gfx90a-xnack-.hsaco", "copyright"]
     );
 }
+
+/// Every input file is in the output tree, always: a 32-bit ELF object
+/// (which slim does not read) and a file cut short inside its ELF header
+/// are copied as they are beside the slimmed library, reported with their
+/// reasons, and the exit status is 2.
+#[test]
+fn files_slim_cannot_read_are_copied_as_they_are() {
+    let Some(probe) = probe() else { return };
+    let Some(tc) = toolchain() else { return };
+    let src = temp_dir();
+    let lib = tc.build(Hip::new(&["gfx90a", "gfx1100"]).shared_library());
+    std::fs::copy(&lib, src.join("libk.so")).unwrap();
+    let c = src.join("a.c");
+    std::fs::write(&c, "int f(int x) { return x + 1; }\n").unwrap();
+    run_ok(
+        Command::new(&tc.clang)
+            .args(["-m32", "-c"])
+            .arg(&c)
+            .arg("-o")
+            .arg(src.join("a32.o")),
+    );
+    std::fs::remove_file(&c).unwrap();
+    let cut = std::fs::read(&lib).unwrap()[..40].to_vec();
+    std::fs::write(src.join("cut.so"), &cut).unwrap();
+    let out = temp_dir().join("out");
+    let (code, r) = slim(
+        &probe,
+        &[
+            src.to_str().unwrap(),
+            "--device",
+            DEVICE,
+            "--output",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 2, "{r}");
+    assert_eq!(r["tree"]["slimmed"], 1, "{r}");
+    let as_is: Vec<String> = r["tree"]["copied_as_is"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let p = PathBuf::from(e["path"].as_str().unwrap());
+            p.file_name().unwrap().to_string_lossy().into_owned()
+        })
+        .collect();
+    assert_eq!(as_is, ["a32.o", "cut.so"], "{r}");
+    for name in ["a32.o", "cut.so"] {
+        assert!(
+            std::fs::read(out.join(name)).unwrap() == std::fs::read(src.join(name)).unwrap(),
+            "{name} is not its original: {r}"
+        );
+    }
+    assert!(
+        std::fs::metadata(out.join("libk.so")).unwrap().len()
+            < std::fs::metadata(&lib).unwrap().len()
+    );
+}

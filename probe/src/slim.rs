@@ -40,7 +40,8 @@ EXIT STATUS:
   0  done
   1  done, but a file fails on a named device by its runtime's rule (as offload-probe's exit 1:
      a HIP or OpenMP container without an image for it, or no CUDA module of the file with one)
-  2  usage or input error (that file untouched; the others processed)"
+  2  usage or input error, or a file slim could not read, verify or shrink (that file untouched,
+     and with --output copied as it is; the others processed)"
 )]
 struct Args {
     /// Files (ELF executables, shared objects, objects, archives, raw

@@ -1,5 +1,6 @@
 //! The output tree made whole once the files are slimmed: every directory
 //! made, every file slim left as it was copied (or hard-linked, asked for),
+//! every file slim could not read, verify or shrink copied as it is,
 //! every further name of a file made a hard link to its first, every
 //! symbolic link made again, files for other GPUs and links to them left
 //! out, what is not a regular file skipped; last, each directory given its
@@ -16,8 +17,8 @@ use super::tree::{Entry, Key, Kind, Tree};
 /// Why a file is left out: it is for other GPUs (reported with the file).
 pub const FOR_OTHER_GPUS: &str = "for other GPUs";
 
-/// Why a file is left out: slimming it failed (said with the file).
-const FAILED: &str = "slimming it failed (said above): not copied";
+/// Why a file is copied as it is: slimming it failed (said with the file).
+const FAILED: &str = "slimming it failed (said above)";
 
 /// What slim made of a file of the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +27,9 @@ pub enum Fate {
     Slimmed,
     /// GPU code for other GPUs only: left out.
     OtherGpus,
-    /// An error (said with the file): left out, not copied as it may be
-    /// (it may be changing under us).
+    /// An error (said with the file): copied as it is, so that the tree
+    /// still holds every input file (as `cp -r` would copy it, changing or
+    /// not).
     Failed,
 }
 
@@ -48,6 +50,8 @@ pub struct Summary {
     pub directories: usize,
     /// Left out: (input, why).
     pub left_out: Vec<(PathBuf, &'static str)>,
+    /// Copied as they are though they hold GPU code: (input, why).
+    pub as_is: Vec<(PathBuf, &'static str)>,
     /// Not regular files: (input, what it is).
     pub skipped: Vec<(PathBuf, &'static str)>,
     /// What a copy could not keep of what its file was.
@@ -122,7 +126,10 @@ fn files(
                 done.insert(key, e.to.clone());
             }
             Some(Fate::OtherGpus) => s.left_out.push((e.from.clone(), FOR_OTHER_GPUS)),
-            Some(Fate::Failed) => s.left_out.push((e.from.clone(), FAILED)),
+            Some(Fate::Failed) => {
+                s.as_is.push((e.from.clone(), FAILED));
+                copies.push((key, e));
+            }
             None => copies.push((key, e)),
         }
     }
@@ -168,7 +175,6 @@ fn further_name(
                 .left_out
                 .push((e.from.clone(), "another name of a file for other GPUs"))
         }
-        Some(Fate::Failed) => return s.left_out.push((e.from.clone(), FAILED)),
         _ => {}
     }
     let Some(first) = done.get(&key) else {
@@ -177,7 +183,7 @@ fn further_name(
     };
     let made = match (dry_run, how, fates.get(&key)) {
         (true, _, _) => Ok(()),
-        (false, How::Link, None) => copy_file(&e.from, &e.to, how).map(|_| ()),
+        (false, How::Link, None | Some(Fate::Failed)) => copy_file(&e.from, &e.to, how).map(|_| ()),
         (false, _, _) => link_name(first, &e.to),
     };
     match made {
@@ -201,8 +207,8 @@ fn link(
             .left_out
             .push((e.from.clone(), "a symbolic link to a file for other GPUs"));
     }
-    // A link to a file that failed is made all the same (dangling until
-    // the file is there): the error says what is missing.
+    // A link to a file that failed is made all the same: the file is
+    // copied as it is.
     let made = if dry_run {
         Ok(())
     } else {

@@ -239,6 +239,9 @@ fn tree(s: &mut String, dir: &Path, t: &Summary, dry_run: bool) {
     for (path, why) in t.left_out.iter().filter(|(_, why)| *why != FOR_OTHER_GPUS) {
         let _ = writeln!(s, "  left out: {}: {why}", path.display());
     }
+    for (path, why) in &t.as_is {
+        let _ = writeln!(s, "  copied as it is: {}: {why}", path.display());
+    }
     for (path, what) in &t.skipped {
         let _ = writeln!(
             s,
@@ -340,6 +343,7 @@ fn tree_json(dir: &Path, t: &Summary) -> serde_json::Value {
         "symlinks": t.symlinks,
         "directories": t.directories,
         "left_out": t.left_out.iter().map(|(p, why)| json!({"path": p, "reason": why})).collect::<Vec<_>>(),
+        "copied_as_is": t.as_is.iter().map(|(p, why)| json!({"path": p, "reason": why})).collect::<Vec<_>>(),
         "skipped": t.skipped.iter().map(|(p, what)| json!({"path": p, "kind": what})).collect::<Vec<_>>(),
         "notes": t.notes,
     })
