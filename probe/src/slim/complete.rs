@@ -169,13 +169,10 @@ fn further_name(
     dry_run: bool,
     s: &mut Summary,
 ) {
-    match fates.get(&key) {
-        Some(Fate::OtherGpus) => {
-            return s
-                .left_out
-                .push((e.from.clone(), "another name of a file for other GPUs"))
-        }
-        _ => {}
+    if fates.get(&key) == Some(&Fate::OtherGpus) {
+        return s
+            .left_out
+            .push((e.from.clone(), "another name of a file for other GPUs"));
     }
     let Some(first) = done.get(&key) else {
         // Its first place failed (said there): this one is not made either.
