@@ -23,7 +23,7 @@ fuzz_target!(|input: &[u8]| {
     let keep = |_: &_, c: &offload_loader::Container<'_>| {
         Some((0..c.images().len()).map(|i| mask & (1 << (i % 8)) != 0).collect())
     };
-    let slimmed = offload_slim::slim(data, &sections, &keep, &limits);
+    let slimmed = offload_slim::slim(data, &sections, &keep, &limits, offload_slim::Layout::Compact);
     let Some(output) = slimmed.output else { return };
     let bytes = output.to_vec();
     assert_eq!(bytes.len() as u64, output.len());

@@ -32,7 +32,7 @@ use offload_loader::{
     select, DeviceTarget, Limits, MappedFile, Policy, Rejection, SectionContainers,
 };
 
-use crate::{ContainerReport, Outcome};
+use crate::{ContainerReport, Layout, Outcome};
 
 pub use copy::{
     copy_file, keep_directory, link_name, symlink_name, sync_tree, Copied, CopyError, How,
@@ -186,12 +186,49 @@ struct Source<'s> {
     guard: &'s Registration<'s>,
 }
 
+/// Slims the file compacted; where the verifier refuses the compacted
+/// result, again with every section rewritten in place (holes: no
+/// address moves); where that is refused too, the file is left as it is
+/// and the refusal is its error.
 fn slim_one(
     report: &mut FileReport,
     source: &Source<'_>,
     options: &Options,
     destination: &Destination,
 ) {
+    let Some(refused) = attempt(report, source, options, destination, Layout::Compact) else {
+        return;
+    };
+    *report = FileReport {
+        path: report.path.clone(),
+        ..FileReport::default()
+    };
+    let layout = Layout::InPlace {
+        why: "the verifier refused the compacted result (see the notes): rewritten where it stands",
+    };
+    if let Some(again) = attempt(report, source, options, destination, layout) {
+        report.error = Some(again);
+        report.after = report.before;
+        report.holes.clear();
+        return;
+    }
+    report.notes.insert(
+        0,
+        format!("not compacted: {refused}; rewritten in place with holes instead"),
+    );
+}
+
+/// One try at slimming the file with `layout`: the report filled in, the
+/// result written where `destination` says; `Some(why)` when the verifier
+/// refused a result that moved something (nothing written; the caller
+/// tries again in place).
+fn attempt(
+    report: &mut FileReport,
+    source: &Source<'_>,
+    options: &Options,
+    destination: &Destination,
+    layout: Layout,
+) -> Option<String> {
     let file = source.input.map();
     let path = file.path();
     let data = file.bytes();
@@ -201,7 +238,7 @@ fn slim_one(
         Ok(s) => s,
         Err(e) => {
             report.error = Some(e.to_string());
-            return;
+            return None;
         }
     };
     let plan = choose(&sections, options);
@@ -217,11 +254,11 @@ fn slim_one(
                 Err(e) => report.error = Some(e),
             }
         }
-        return;
+        return None;
     }
     report.missing = plan.missing.clone();
     report.partly = plan.partly.clone();
-    let first = crate::slim(data, &sections, &plan.keep_fn(), &options.limits);
+    let first = crate::slim(data, &sections, &plan.keep_fn(), &options.limits, layout);
     report.sections_left = first.sections_left;
     report.holes = first.holes;
     report.containers = first
@@ -229,11 +266,10 @@ fn slim_one(
         .into_iter()
         .map(|r| summarise(r, &sections, &plan))
         .collect();
-    let Some(output) = first.output else {
-        return;
-    };
+    let output = first.output?;
+    let fallback = matches!(layout, Layout::Compact) && output.len() != report.before;
     if first.deferred.is_empty() {
-        finish(
+        return finish(
             report,
             output,
             &sections,
@@ -242,8 +278,8 @@ fn slim_one(
             destination,
             source,
             None,
+            fallback,
         );
-        return;
     }
     // More than one section to compact: each further pass works on the
     // previous pass's result, kept in an unlinked scratch file. Sections keep
@@ -252,14 +288,14 @@ fn slim_one(
         Ok(d) => d,
         Err(e) => {
             report.error = Some(e);
-            return;
+            return None;
         }
     };
     let mut current = match Scratch::new(&scratch, path, &output) {
         Ok(f) => f,
         Err(e) => {
             report.error = Some(e);
-            return;
+            return None;
         }
     };
     drop(output);
@@ -270,7 +306,7 @@ fn slim_one(
                 Ok(s) => s,
                 Err(e) => {
                     report.error = Some(format!("reading a pass's result back: {e}"));
-                    return;
+                    return None;
                 }
             };
             let pass_plan = choose(&now, options);
@@ -285,6 +321,7 @@ fn slim_one(
                 &now,
                 &pass_plan.keep_fn(),
                 &options.limits,
+                layout,
             );
             report.holes.extend(holes);
             // A section an earlier pass rewrote in place may come up again, to
@@ -308,7 +345,7 @@ fn slim_one(
                         Ok(next) => current = next,
                         Err(e) => {
                             report.error = Some(e);
-                            return;
+                            return None;
                         }
                     }
                 }
@@ -319,6 +356,8 @@ fn slim_one(
         crate::Output::whole(current.map.bytes())
     };
     let base = Some((current.temp, current.map.bytes()));
+    // Earlier passes compacted: a refusal falls back to holes.
+    let fallback = matches!(layout, Layout::Compact);
     finish(
         report,
         output,
@@ -328,13 +367,17 @@ fn slim_one(
         destination,
         source,
         base,
-    );
+        fallback,
+    )
 }
 
 /// The result `output` reported, and written where `destination` says
-/// (read back and verified against the original's `sections` first).
-/// `base`: the last pass's result, in a scratch file beside the
-/// destination, and its bytes; `output` may be an edit of them.
+/// (read back and verified against the original's `sections` first; a dry
+/// run is verified the same way, in an unlinked scratch file, and not
+/// kept). `base`: the last pass's result, in a scratch file beside the
+/// destination, and its bytes; `output` may be an edit of them. A result
+/// the verifier refuses is the file's error, or, with `may_fall_back`,
+/// returned for the caller to try another layout.
 #[allow(clippy::too_many_arguments)]
 fn finish(
     report: &mut FileReport,
@@ -345,28 +388,30 @@ fn finish(
     destination: &Destination,
     source: &Source<'_>,
     base: Option<(Temp, &[u8])>,
-) {
+    may_fall_back: bool,
+) -> Option<String> {
     report.after = output.len();
     let target = match destination {
-        Destination::DryRun => return,
+        Destination::DryRun => None,
         Destination::InPlace { .. } => match fs::canonicalize(&report.path) {
-            Ok(p) => p,
+            Ok(p) => Some(p),
             Err(e) => {
                 report.error = Some(format!("{}: {e}", report.path.display()));
-                return;
+                return None;
             }
         },
-        Destination::To(p) => p.clone(),
+        Destination::To(p) => Some(p.clone()),
     };
     // Refused before anything is written: a file whose other hard links
     // would be split off, a result over its own input.
-    let refused = match destination {
-        Destination::InPlace { also, .. } => source.input.all_links_named(also),
-        _ => source.input.not_at(&target),
+    let refused = match (destination, &target) {
+        (Destination::InPlace { also, .. }, _) => source.input.all_links_named(also),
+        (_, Some(target)) => source.input.not_at(target),
+        (_, None) => Ok(()),
     };
     if let Err(e) = refused {
         report.error = Some(e.to_string());
-        return;
+        return None;
     }
     let expected = Expected {
         sections,
@@ -374,7 +419,7 @@ fn finish(
         containers: &report.containers,
     };
     match write_verified(
-        &target,
+        target.as_deref(),
         source,
         &output,
         base,
@@ -383,14 +428,31 @@ fn finish(
         destination,
     ) {
         Ok(notes) => {
-            report.written = true;
+            report.written = target.is_some();
             report.notes = notes;
+            None
         }
-        Err(e) => {
+        Err(Failure::Refused(e)) if may_fall_back => Some(e),
+        Err(Failure::Refused(e) | Failure::Other(e)) => {
             report.error = Some(e);
             report.after = report.before;
             report.holes.clear();
+            None
         }
+    }
+}
+
+/// Why a result was not written.
+enum Failure {
+    /// The verifier refused it: it would not load as the original.
+    Refused(String),
+    /// Anything else (the input changed, an I/O error).
+    Other(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Other(e)
     }
 }
 
@@ -889,31 +951,52 @@ impl Code {
     }
 }
 
-/// Writes `output` to a new, unnamed file beside `target`, gives it what
-/// the original was (owner, mode, extended attributes: [`keep`]), reads it
-/// back (every device must select byte-identical images to those it
-/// selects in the original), checks that the original has not changed
-/// meanwhile, and only then puts it at `target` (atomically); for an
-/// in-place write, other hard links are pointed at the result too. What
-/// could not be kept, in words.
+/// Writes `output` to a temporary file beside `target` (with the input's
+/// attributes), reads it back and verifies it (it holds what `expected`
+/// says, every device selects in it what it selects in the original),
+/// checks that the original has not changed meanwhile, and only then puts
+/// it at `target` (atomically); for an in-place write, other hard links
+/// are pointed at the result too. Without a `target` (a dry run) the
+/// result is written to an unlinked scratch file in the temporary
+/// directory, verified, and dropped. What could not be kept, in words.
 fn write_verified(
-    target: &Path,
+    target: Option<&Path>,
     source: &Source<'_>,
     output: &crate::Output<'_>,
     base: Option<(Temp, &[u8])>,
     expected: &Expected<'_, '_>,
     options: &Options,
     destination: &Destination,
-) -> Result<Vec<String>, String> {
-    let dir = dir_of(target);
+) -> Result<Vec<String>, Failure> {
+    let dir = match target {
+        Some(t) => dir_of(t),
+        None => scratch_dir(source.input.map().path(), destination)?,
+    };
     fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let like = target.unwrap_or(source.input.map().path());
+    let mut temp = write_out(output, base, &dir, like, RESULT)?;
+    let Some(target) = target else {
+        let written = temp.path();
+        verify(
+            &written,
+            source.input.map().bytes(),
+            output,
+            expected,
+            options,
+        )
+        .map_err(Failure::Refused)?;
+        source
+            .input
+            .unchanged(source.guard)
+            .map_err(|e| e.to_string())?;
+        return Ok(Vec::new());
+    };
     let strictness = match destination {
         Destination::InPlace { .. } => Strictness::InPlace,
         _ => Strictness::Copy,
     };
     let attributes = source.input.attributes().map_err(|e| e.to_string())?;
     let io = |e: std::io::Error| format!("{}: writing the result: {e}", dir.display());
-    let mut temp = write_out(output, base, &dir, target, RESULT)?;
     // After the bytes: a write clears setuid bits and capabilities.
     let notes = attributes
         .apply(temp.file(), strictness)
@@ -943,7 +1026,7 @@ fn write_verified(
         .input
         .unchanged(source.guard)
         .map_err(|e| e.to_string())?;
-    verified?;
+    verified.map_err(Failure::Refused)?;
     temp.publish(target).map_err(|e| e.to_string())?;
     // The rename itself reaches the disk before we say it is done.
     if let Ok(d) = fs::File::open(&dir) {
@@ -1150,7 +1233,7 @@ mod tests {
         let attempt = |bytes: &[u8]| {
             let target = out.join("wrong");
             write_verified(
-                &target,
+                Some(&target),
                 &source,
                 &crate::Output::whole(bytes),
                 None,
@@ -1160,7 +1243,9 @@ mod tests {
             )
         };
         for (bytes, why) in cases {
-            let err = attempt(&bytes).unwrap_err();
+            let Err(Failure::Refused(err)) = attempt(&bytes) else {
+                panic!("not refused: {why}");
+            };
             assert!(
                 err.contains("does not load as the original") && err.contains(why),
                 "{why}: {err}"
@@ -1228,21 +1313,29 @@ mod tests {
         };
         for (bytes, why) in cases {
             let target = out.join("wrong.bundle");
-            let err = write_verified(
-                &target,
-                &source,
-                &crate::Output::whole(&bytes),
-                None,
-                &expected,
-                &options,
-                &Destination::To(target.clone()),
-            )
-            .unwrap_err();
-            assert!(
-                err.contains("verification failed") && err.contains(why),
-                "{err}"
-            );
-            assert_eq!(listing(&out), ["right.bundle"]);
+            // Written, or a dry run (verified in a scratch file): refused
+            // alike.
+            for (to, destination) in [
+                (Some(target.as_path()), Destination::To(target.clone())),
+                (None, Destination::DryRun),
+            ] {
+                let Err(Failure::Refused(err)) = write_verified(
+                    to,
+                    &source,
+                    &crate::Output::whole(&bytes),
+                    None,
+                    &expected,
+                    &options,
+                    &destination,
+                ) else {
+                    panic!("not refused: {why}");
+                };
+                assert!(
+                    err.contains("verification failed") && err.contains(why),
+                    "{err}"
+                );
+                assert_eq!(listing(&out), ["right.bundle"]);
+            }
         }
         // A device that selects another of the kept images than it did.
         let result = MappedFile::open(&right).unwrap();

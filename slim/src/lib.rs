@@ -101,6 +101,21 @@ pub struct Holes {
     pub bytes: u64,
 }
 
+/// How a section's new containers are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Compacted where that is safe (the file shrinks), else rewritten in
+    /// place with holes.
+    Compact,
+    /// Rewritten in place with holes, every section: the fallback when a
+    /// compacted result is refused (`why` says by what). Addresses and the
+    /// file's length stay; only the removed images' bytes change, to zeros.
+    InPlace {
+        /// Why the file is not compacted.
+        why: &'static str,
+    },
+}
+
 /// Slims `data` (a whole file), whose offload sections are `sections`
 /// ([`offload_loader::MappedFile::containers`]): `keep` says, for each
 /// container, which of its images to keep (by index in
@@ -111,12 +126,14 @@ pub struct Holes {
 /// [`Slimmed::deferred`]), or, where that is not safe, rewritten in place
 /// with holes ([`Holes`]), and in the same pass its sections of containers
 /// among host data rewritten in place; an archive has each member
-/// compacted so, and its symbol index moved with the members.
+/// compacted so, and its symbol index moved with the members. With
+/// [`Layout::InPlace`], every section is rewritten where it stands.
 pub fn slim<'a>(
     data: &'a [u8],
     sections: &[SectionContainers<'a>],
     keep: &dyn Fn(&SectionContainers<'a>, &Container<'a>) -> Option<Vec<bool>>,
     limits: &Limits,
+    layout: Layout,
 ) -> Slimmed<'a> {
     let labels = labels(sections);
     let mut reports = Vec::new();
@@ -194,9 +211,13 @@ pub fn slim<'a>(
             candidates.push(Candidate {
                 section: si,
                 placed,
-                in_place,
+                in_place_bytes: in_place,
                 freed,
-                among_host_data: s.section.role == SectionRole::Embedded,
+                in_place: match (s.section.role, layout) {
+                    (SectionRole::Embedded, _) => Some(AMONG_HOST_DATA),
+                    (_, Layout::InPlace { why }) => Some(why),
+                    (_, Layout::Compact) => None,
+                },
             });
         }
     }
@@ -252,13 +273,18 @@ struct Candidate<'a> {
     placed: Vec<elf::Placed<'a>>,
     /// Per container: its bytes where it stands, for a section that cannot
     /// be compacted, or why it has none.
-    in_place: Vec<Result<container::InPlace<'a>, &'static str>>,
+    in_place_bytes: Vec<Result<container::InPlace<'a>, &'static str>>,
     /// Bytes its containers shrink by.
     freed: u64,
-    /// Whether its containers lie among host data ([`SectionRole::Embedded`]):
-    /// only rewritten where they stand, since the bytes between them stay.
-    among_host_data: bool,
+    /// Why it is only rewritten where it stands, if it is: its containers
+    /// lie among host data ([`SectionRole::Embedded`]), whose bytes between
+    /// them stay, or the [`Layout`] says so.
+    in_place: Option<&'static str>,
 }
+
+/// Why a section of containers among host data is rewritten in place.
+const AMONG_HOST_DATA: &str = "its containers lie among host data, which stays where it is: they \
+                               are rewritten where they stand";
 
 /// What became of the candidate sections: left (with why), compacted (or
 /// rewritten with holes), or deferred to the next pass.
@@ -375,7 +401,7 @@ fn file_output<'a>(
     for c in candidates {
         let s = &sections[c.section].section;
         let name = labels[c.section].clone();
-        if c.among_host_data {
+        if c.in_place.is_some() {
             let rewritten = rewrite(data, s.file_offset, s.size, c);
             in_place.push((name, s.file_offset, rewritten));
         } else if output.is_some() {
@@ -498,7 +524,7 @@ fn rewrite<'a>(
     if data.starts_with(b"\x7fELF") {
         // What changes: the containers among host data, or the whole
         // section (compacted, or its containers rewritten in it).
-        let ranges: Vec<(u64, u64)> = if c.among_host_data {
+        let ranges: Vec<(u64, u64)> = if c.in_place == Some(AMONG_HOST_DATA) {
             c.placed
                 .iter()
                 .filter(|p| !p.same)
@@ -509,14 +535,17 @@ fn rewrite<'a>(
         };
         claims::sole_owner(data, &ranges)?;
     }
-    if c.among_host_data {
-        let why = Unsafe::new(
-            "its containers lie among host data, which stays where it is: they are rewritten \
-             where they stand",
+    if let Some(why) = c.in_place {
+        return holes(
+            data,
+            offset,
+            size,
+            c.placed,
+            c.in_place_bytes,
+            Unsafe::new(why),
         );
-        return holes(data, offset, size, c.placed, c.in_place, why);
     }
-    compact(data, offset, size, c.placed, c.in_place)
+    compact(data, offset, size, c.placed, c.in_place_bytes)
 }
 
 /// `data` (a whole file or an archive member) with its section at `offset`
