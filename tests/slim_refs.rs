@@ -925,3 +925,102 @@ fn layouts_other_tools_leave_are_compacted() {
         assert_eq!(load(&result), "42\n", "{layout}: {report}");
     }
 }
+
+/// A TLS symbol's value is an offset in the TLS template, not an address
+/// (gABI, "Symbol Values"): TLS symbols whose offsets fall where the
+/// headers' neighbours are (vllm's `_C_stable_libtorch.abi3.so`, jax's
+/// `xla_cuda_plugin.so`) neither block the compaction nor move, and the
+/// result's threads read their variables as the original's do.
+#[test]
+fn tls_symbols_are_offsets_not_addresses() {
+    let Some(Kit {
+        clang,
+        gcc,
+        dir,
+        blob,
+    }) = kit()
+    else {
+        return;
+    };
+    let asm = dir.join("tls.s");
+    std::fs::write(&asm, containers(&blob, ".hidden", "")).unwrap();
+    // 64 exported TLS variables, one every 0x80 bytes of the template: the
+    // offsets 0 to 0x1f80 cover the pages after the ELF header.
+    let mut lib_c = String::from("#include <pthread.h>\n");
+    for i in 0..64 {
+        lib_c += &format!("__thread int tv{i}[32] = {{{i}}};\n");
+    }
+    lib_c += "static void *sum(void *p) { long s = 0;\n";
+    for i in 0..64 {
+        lib_c += &format!("  tv{i}[1] = {i}; s += tv{i}[0] + tv{i}[1];\n");
+    }
+    lib_c += "  *(long *)p = s; return 0; }\n\
+              long answer(void) { long s = 0; pthread_t t; pthread_create(&t, 0, sum, &s);\n\
+                pthread_join(t, 0); long m = 0; sum(&m); return s + m; }\n";
+    let lib_src = dir.join("tls.c");
+    std::fs::write(&lib_src, lib_c).unwrap();
+    let user = dir.join("tls-user");
+    std::fs::write(
+        dir.join("tls-user.c"),
+        "#include <dlfcn.h>\n#include <stdio.h>\n\
+         int main(int c, char **v) { void *h = dlopen(v[1], RTLD_NOW);\n\
+           if (!h) { printf(\"%s\\n\", dlerror()); return 1; }\n\
+           long (*f)(void) = (long (*)(void))dlsym(h, \"answer\");\n\
+           printf(\"%ld\\n\", f ? f() : -1); return 0; }\n",
+    )
+    .unwrap();
+    run_ok(
+        Command::new(&gcc)
+            .arg(dir.join("tls-user.c"))
+            .arg("-o")
+            .arg(&user)
+            .arg("-ldl"),
+    );
+    let load = |so: &Path| {
+        let o = Command::new(&user).arg(so).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for ld in ["bfd", "gold", "lld"] {
+        let compiler = if ld == "lld" { &clang } else { &gcc };
+        let lib = dir.join(format!("tls-{ld}/libtls.so"));
+        std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+        link(
+            compiler,
+            ld,
+            &["-shared", "-fPIC", "-pthread"],
+            &[&lib_src, &asm],
+            &lib,
+        );
+        // Each thread: 2 * (0 + 1 + ... + 63).
+        let expected = format!("{}\n", 2 * 2 * (0..64).sum::<i64>());
+        assert_eq!(load(&lib), expected, "{ld}");
+        let out = dir.join(format!("tls-{ld}/out"));
+        let report = slim_json(&lib, &out);
+        let (result, compacted) = outcome(&report, &lib, &out);
+        assert!(compacted, "{ld}: {report}");
+        assert_eq!(load(&result), expected, "{ld}: {report}");
+        let tls = |f: &Path| -> Vec<String> {
+            String::from_utf8(
+                run_ok(Command::new("readelf").args(["-sW", "--dyn-syms"]).arg(f)).stdout,
+            )
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(" TLS "))
+            .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+            .filter(|l| !l.contains(" UND "))
+            .collect()
+        };
+        let (before, after) = (tls(&lib), tls(&result));
+        assert!(before.len() >= 64, "{ld}: {before:?}");
+        // Same values, sizes, bindings (section indices may be renumbered).
+        let strip = |v: Vec<String>| -> Vec<String> {
+            v.into_iter()
+                .map(|l| {
+                    let f: Vec<&str> = l.split(' ').collect();
+                    format!("{} {} {} {}", f[0], f[1], f[3], f.last().unwrap())
+                })
+                .collect()
+        };
+        assert_eq!(strip(before), strip(after), "{ld}");
+    }
+}

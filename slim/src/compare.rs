@@ -728,7 +728,10 @@ fn symbols(old: &Elf<'_>, new: &Elf<'_>, pairs: &[usize], map: &Map) -> Result<(
             } else {
                 map.in_offload(ov)
             };
-            let value_ok = if object && !offload {
+            // A TLS symbol's value is an offset in the TLS template (gABI,
+            // "Symbol Values"): what the dynamic linker reads, unmoved.
+            let tls = o.st_type() == elf::STT_TLS;
+            let value_ok = if (object && !offload) || tls {
                 ov == nv
             } else {
                 map.follows(ov, nv)

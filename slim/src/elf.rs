@@ -1349,8 +1349,9 @@ fn move_block_symbols(
         for (i, sym) in table.syms.iter().enumerate() {
             // By value: a linker may name a section for a symbol outside
             // it (lld's `__preinit_array_end` in `.note.ABI-tag`, at the
-            // ELF header), which stays.
-            if block.holds(sym.st_value(endian)) {
+            // ELF header), which stays. A TLS symbol's value is an offset
+            // in the TLS template, which does not move.
+            if sym.st_type() != elf::STT_TLS && block.holds(sym.st_value(endian)) {
                 patches.u64(table.at(i) + 8, sym.st_value(endian).wrapping_add(delta));
             }
         }

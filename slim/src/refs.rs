@@ -238,6 +238,10 @@ impl<'d> Scan<'d> {
                     || usize::from(shndx) == f.index
                     || sym.st_type() == elf::STT_SECTION
                     || sym.st_type() == elf::STT_FILE
+                    // A TLS symbol's value is an offset in the TLS
+                    // template, not an address (gABI, "Symbol Values";
+                    // Drepper, "ELF Handling For Thread-Local Storage").
+                    || sym.st_type() == elf::STT_TLS
                     || !range.contains(value)
                 {
                     continue;
