@@ -1024,3 +1024,57 @@ fn tls_symbols_are_offsets_not_addresses() {
         assert_eq!(strip(before), strip(after), "{ld}");
     }
 }
+
+/// Two bundles back to back (one starts where the other ends, as in
+/// rocSOLVER 5.5.1's `.hip_fatbin`), each named only by a HIP wrapper: a
+/// wrapper's pointer is a container's start (the registration call reads a
+/// bundle there), so the place where two meet moves with the later one.
+/// Compacted, in a PIE (relative relocations) and a position-dependent
+/// program (the words themselves), and each wrapper still points at a
+/// bundle.
+#[test]
+fn wrappers_point_at_starts_where_two_bundles_meet() {
+    let Some(Kit { gcc, dir, blob, .. }) = kit() else {
+        return;
+    };
+    let asm = dir.join("meet.s");
+    let b = blob.display();
+    std::fs::write(
+        &asm,
+        format!(
+            "    .section .hip_fatbin,\"a\",@progbits\n    .p2align 12\n\
+             blob_a:\n    .incbin \"{b}\"\nblob_b:\n    .incbin \"{b}\"\n\
+             \x20   .section .hipFatBinSegment,\"aw\",@progbits\n    .p2align 3\n\
+             \x20   .globl wrap_a\nwrap_a:\n    .long 0x48495046\n    .long 1\n    .quad blob_a\n    .quad 0\n\
+             \x20   .globl wrap_b\nwrap_b:\n    .long 0x48495046\n    .long 1\n    .quad blob_b\n    .quad 0\n\
+             \x20   .section .note.GNU-stack,\"\",@progbits\n"
+        ),
+    )
+    .unwrap();
+    let main = dir.join("meet.c");
+    std::fs::write(
+        &main,
+        "#include <stdio.h>\n#include <string.h>\n\
+         struct w { unsigned magic, version; const char *bin; const void *aux; };\n\
+         extern struct w wrap_a, wrap_b;\n\
+         int main(void) {\n\
+           int a = !memcmp(wrap_a.bin, \"__CLANG_OFFLOAD_BUNDLE__\", 24);\n\
+           int b = !memcmp(wrap_b.bin, \"__CLANG_OFFLOAD_BUNDLE__\", 24);\n\
+           printf(\"%d %d %d\\n\", a, b, wrap_b.bin > wrap_a.bin);\n  return !(a && b);\n}\n",
+    )
+    .unwrap();
+    for (name, flags) in [
+        ("pie", &["-pie", "-fPIE"][..]),
+        ("no-pie", &["-no-pie", "-fno-pic"][..]),
+    ] {
+        let exe = dir.join(format!("meet-{name}"));
+        link(&gcc, "bfd", flags, &[&main, &asm], &exe);
+        let before = run(&exe);
+        assert_eq!(before, (Some(0), "1 1 1\n".into()), "{name}");
+        let out = dir.join(format!("meet-{name}-out"));
+        let report = slim_json(&exe, &out);
+        let (result, compacted) = outcome(&report, &exe, &out);
+        assert!(compacted, "{name}: {report}");
+        assert_eq!(run(&result), before, "{name}: {report}");
+    }
+}

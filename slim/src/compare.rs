@@ -435,6 +435,10 @@ struct Map {
     sections: Vec<usize>,
     /// The old places of the containers among host data: (address, size).
     among_host_data: Vec<(u64, u64)>,
+    /// The original's fat-binary wrapper pointer fields, by address: a
+    /// pointer there is a container's start (the registration calls read
+    /// a container where it points).
+    wrapper_fields: Vec<u64>,
 }
 
 impl Map {
@@ -561,6 +565,11 @@ impl Map {
             among_host_data,
             moved,
             sections,
+            wrapper_fields: if object {
+                Vec::new()
+            } else {
+                wrapper_fields(old)
+            },
         })
     }
 
@@ -619,6 +628,26 @@ impl Map {
         (!kept && size > 0 && v >= start).then_some(new_start.wrapping_add(new_size))
     }
 
+    /// As [`Map::follows`], for a pointer stored at old address `at`: in
+    /// a fat-binary wrapper's field, where a container starts at `old`
+    /// (and the one before may end), only its new start.
+    fn follows_from(&self, at: u64, old: u64, new: u64) -> bool {
+        if self.wrapper_fields.binary_search(&at).is_ok() {
+            if let Some(start) = self.start_of(old) {
+                return start == new;
+            }
+        }
+        self.follows(old, new)
+    }
+
+    /// The new start of the kept container that starts at old place `v`.
+    fn start_of(&self, v: u64) -> Option<u64> {
+        let (_, cs) = near(&self.offload, |e| e.0 .0, v)
+            .iter()
+            .find(|&&((s, l, _, _), _)| v >= s && v <= s.saturating_add(l))?;
+        near(cs, |c| c.0, v).iter().find(|c| c.0 == v).map(|c| c.2)
+    }
+
     fn at_end(&self, v: u64) -> bool {
         near(&self.offload, |e| e.0 .0, v)
             .iter()
@@ -639,6 +668,31 @@ impl Map {
             .iter()
             .any(|&(s, l)| v >= s && v - s <= l)
     }
+}
+
+/// The addresses of the two pointer fields (at 8 and 16) of every
+/// wrapper in `f`'s loaded `.hipFatBinSegment` and `.nvFatBinSegment`
+/// sections, in order.
+fn wrapper_fields(f: &Elf<'_>) -> Vec<u64> {
+    let mut fields = Vec::new();
+    for (i, s) in f.shdrs.iter().enumerate() {
+        let name = f.names[i];
+        if (name != b".hipFatBinSegment" && name != b".nvFatBinSegment")
+            || s.sh_flags(LE) & u64::from(elf::SHF_ALLOC) == 0
+        {
+            continue;
+        }
+        let Ok(bytes) = f.bytes(i) else { continue };
+        for (at, w) in offload_loader::registration::FatbinWrapper::all(bytes) {
+            if w.is_ok() {
+                let base = s.sh_addr(LE).wrapping_add(at);
+                fields.push(base.wrapping_add(8));
+                fields.push(base.wrapping_add(16));
+            }
+        }
+    }
+    fields.sort_unstable();
+    fields
 }
 
 /// The entries of `list` (sorted by `start`, disjoint but for a shared
@@ -735,6 +789,9 @@ fn symbols(old: &Elf<'_>, new: &Elf<'_>, pairs: &[usize], map: &Map) -> Result<(
                 ov == nv
             } else {
                 map.follows(ov, nv)
+                    // A symbol names the start of what it labels: where one
+                    // container ends as the next starts, the later one's.
+                    || map.start_of(ov) == Some(nv)
                     // A symbol of an image that went: the section's end, empty.
                     || (n.st_size(LE) == 0 && map.went(ov) == Some(nv))
             };
@@ -836,7 +893,7 @@ fn relocations(
             let addend_ok = if object && !against_offload(osyms) {
                 oa == na
             } else {
-                oa == na && ot_ == nt_ || map.follows(ot_, nt_)
+                oa == na && ot_ == nt_ || map.follows_from(op, ot_, nt_)
             };
             if !(place_ok && addend_ok) {
                 return Err(format!(
@@ -1127,7 +1184,8 @@ fn compare_run(
                 Some(u64::from_le_bytes(b.try_into().ok()?))
             };
             let (ow, nw) = (word(ofile, addr), word(nfile, addr));
-            let moved = matches!((ow, nw), (Some(o), Some(n)) if o != n && map.follows(o, n));
+            let moved =
+                matches!((ow, nw), (Some(o), Some(n)) if o != n && map.follows_from(w, o, n));
             if !moved {
                 return Err(format!(
                     "the byte at {:#x} differs and is not a pointer that moved",

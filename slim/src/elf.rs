@@ -321,6 +321,7 @@ fn absolute_type(machine: u16, ty: u32) -> bool {
 /// addend made `new target - new_value`, and the word the linker also wrote
 /// at `place` (ld.bfd does, lld does not) when it held the old target.
 /// Whether it pointed into the section.
+#[allow(clippy::too_many_arguments)]
 fn relocate(
     t: &Target<'_>,
     map: &Map,
@@ -329,8 +330,9 @@ fn relocate(
     place: u64,
     new_value: u64,
     target: u64,
+    point: Point,
 ) -> Result<bool, Unsafe> {
-    let Some(new) = map.remap(target, t.addr)? else {
+    let Some(new) = map.remap_as(target, t.addr, point)? else {
         return Ok(false);
     };
     patches.u64(at + 16, new.wrapping_sub(new_value));
@@ -432,9 +434,54 @@ struct Target<'a> {
     addr: u64,
     align: u64,
     alloc: bool,
+    /// The addresses of the fat-binary wrappers' two pointer fields, in
+    /// order ([`Target::points_at`]).
+    wrapper_fields: Vec<u64>,
+}
+
+/// The addresses of the pointer fields (fat binary, and the prelinked
+/// binaries of CUDA's version 2) of every wrapper in the loaded
+/// `.hipFatBinSegment` and `.nvFatBinSegment` sections, in order.
+fn wrapper_fields(
+    data: &[u8],
+    shdrs: &[elf::SectionHeader64<LE>],
+    e: LE,
+    names: Option<object::read::StringTable<'_>>,
+) -> Vec<u64> {
+    let mut fields = Vec::new();
+    for s in shdrs {
+        let name = names.and_then(|n| s.name(e, n).ok()).unwrap_or_default();
+        if (name != b".hipFatBinSegment" && name != b".nvFatBinSegment")
+            || s.sh_flags(e) & u64::from(elf::SHF_ALLOC) == 0
+        {
+            continue;
+        }
+        let Ok(bytes) = s.data(e, data) else { continue };
+        for (at, wrapper) in FatbinWrapper::all(bytes) {
+            if wrapper.is_ok() {
+                fields.extend([8, 16].map(|f| s.sh_addr(e).wrapping_add(at + f)));
+            }
+        }
+    }
+    fields.sort_unstable();
+    fields
 }
 
 impl<'a> Target<'a> {
+    /// What a pointer stored at address `place` is known to point at: a
+    /// container's start in a fat-binary wrapper's pointer fields (the
+    /// registration code clang and nvcc emit hands that pointer to
+    /// `__hipRegisterFatBinary` / `__cudaRegisterFatBinary`, which read a
+    /// container there), where one container may end as the next begins;
+    /// anything else, unknown.
+    fn points_at(&self, place: u64) -> Point {
+        if self.wrapper_fields.binary_search(&place).is_ok() {
+            Point::Start
+        } else {
+            Point::Unknown
+        }
+    }
+
     fn parse(data: &'a [u8], offset: u64, size: u64) -> Result<Target<'a>, Unsafe> {
         let bad = |e: object::Error| unsafe_(format!("its ELF headers cannot be read: {e}"));
         let header = Header::parse(data).map_err(bad)?;
@@ -450,14 +497,16 @@ impl<'a> Target<'a> {
             })
             .ok_or_else(|| unsafe_("the offload section is not in the section table"))?;
         let section = &shdrs[index];
+        let names = header.section_strings(endian, data, shdrs).ok();
         Ok(Target {
+            wrapper_fields: wrapper_fields(data, shdrs, endian, names),
             data,
             endian,
             machine: header.e_machine(endian),
             kind: header.e_type(endian),
             shdrs,
             phdrs,
-            names: header.section_strings(endian, data, shdrs).ok(),
+            names,
             phoff: header.e_phoff(endian),
             phnum: u64::from(header.e_phnum(endian)),
             shoff: header.e_shoff(endian),
@@ -952,7 +1001,6 @@ fn patch_references(
 ) -> Result<(), Unsafe> {
     let (e, addr) = (t.endian, t.addr);
     let remap_as = |v, b, p| map.remap_as(v, b, p);
-    let remap = |v, b| map.remap(v, b);
     let file_offset = |v| t.file_offset(v);
     let word = |at| t.word(at);
     let relative = relative_type(t.machine);
@@ -1000,7 +1048,7 @@ fn patch_references(
                         continue;
                     };
                     if let Some(value) = word(f) {
-                        if let Some(new) = remap(value, addr)? {
+                        if let Some(new) = map.remap_as(value, addr, t.points_at(place))? {
                             patches.u64(f, new);
                             referenced += 1;
                         }
@@ -1088,7 +1136,7 @@ fn patch_relocations(
             continue;
         }
         let rewritten = if Some(ty) == relative && sym == 0 {
-            relocate(t, map, patches, at, place, 0, addend)?
+            relocate(t, map, patches, at, place, 0, addend, t.points_at(place))?
         } else if sym == 0 {
             // An addend alone (IRELATIVE: a resolver's address).
             if map.remap(addend, addr)?.is_some() {
@@ -1117,7 +1165,16 @@ fn patch_relocations(
                 } else {
                     value
                 };
-                relocate(t, map, patches, at, place, new_value, target)?
+                relocate(
+                    t,
+                    map,
+                    patches,
+                    at,
+                    place,
+                    new_value,
+                    target,
+                    t.points_at(place),
+                )?
             } else {
                 return Err(unsafe_(format!(
                     "a relocation of type {ty} at {place:#x} refers to {target:#x} in the section, and is not rewritten"
@@ -1154,7 +1211,10 @@ fn patch_wrappers(t: &Target<'_>, map: &Map, patches: &mut Patches) -> Result<us
                     so + at
                 ))
             })?;
-            let (fatbin, aux) = (map.remap(w.fatbin, t.addr)?, map.remap(w.aux, t.addr)?);
+            let (fatbin, aux) = (
+                map.remap_as(w.fatbin, t.addr, Point::Start)?,
+                map.remap_as(w.aux, t.addr, Point::Start)?,
+            );
             if fatbin.is_some() || aux.is_some() {
                 w.fatbin = fatbin.unwrap_or(w.fatbin);
                 w.aux = aux.unwrap_or(w.aux);
