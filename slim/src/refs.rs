@@ -11,6 +11,8 @@
 //!   its loaded sections (a pointer there needs no relocation).
 //! - Symbols whose value lies in the range but that name another section,
 //!   or none (`SHN_ABS`): linker-script and `objcopy -I binary` symbols.
+//! - The section's own symbols that other files may bind to (exported from
+//!   `.dynsym`): another file's `symbol + addend` is not in this one.
 //!
 //! A position-independent file's data needs no scan: a pointer there is
 //! only valid with a relocation, and relocations are read by the patcher
@@ -48,6 +50,9 @@ pub(crate) enum Kind {
     Data,
     /// A symbol of another section, or an absolute one.
     Symbol,
+    /// The section's own symbol, exported: another file may refer to it
+    /// with an addend.
+    Exported,
 }
 
 impl std::fmt::Display for Reference {
@@ -57,6 +62,13 @@ impl std::fmt::Display for Reference {
             Kind::Page => "an ADRP instruction (a page)",
             Kind::Data => "a word in data",
             Kind::Symbol => "a symbol of another section",
+            Kind::Exported => {
+                return write!(
+                    f,
+                    "the exported symbol at {:#x} may be used by another file as symbol + addend, which this file does not show",
+                    self.from
+                )
+            }
         };
         write!(
             f,
@@ -232,8 +244,21 @@ impl<'d> Scan<'d> {
             let Ok(syms) = s.data_as_array::<elf::Sym64<LE>, _>(f.endian, f.data) else {
                 continue;
             };
+            let dynamic = s.sh_type(f.endian) == elf::SHT_DYNSYM;
             for sym in syms {
                 let (shndx, value) = (sym.st_shndx(f.endian), sym.st_value(f.endian));
+                if dynamic
+                    && usize::from(shndx) == f.index
+                    && exported(sym)
+                    && range.contains(value)
+                {
+                    found.push(Reference {
+                        from: value,
+                        to: value,
+                        kind: Kind::Exported,
+                    });
+                    continue;
+                }
                 if shndx == elf::SHN_UNDEF
                     || usize::from(shndx) == f.index
                     || sym.st_type() == elf::STT_SECTION
@@ -267,6 +292,17 @@ impl<'d> Scan<'d> {
             }
         }
     }
+}
+
+/// Whether another file may bind to `sym`: a global, weak or unique
+/// symbol of default or protected visibility (gABI, "Symbol Table": the
+/// dynamic linker resolves another object's references to it, each with
+/// its own addend, which this file does not show).
+fn exported(sym: &elf::Sym64<LE>) -> bool {
+    matches!(
+        sym.st_bind(),
+        elf::STB_GLOBAL | elf::STB_WEAK | elf::STB_GNU_UNIQUE
+    ) && matches!(sym.st_visibility(), elf::STV_DEFAULT | elf::STV_PROTECTED)
 }
 
 /// AArch64 code at `addr`: `ADR`, `ADRP` (the page; exact when the next
