@@ -1082,3 +1082,70 @@ fn wrappers_point_at_starts_where_two_bundles_meet() {
         assert_eq!(run(&result), before, "{name}: {report}");
     }
 }
+
+/// The x86-64 large code model in a shared object: `movabs $sym@GOTOFF`
+/// added to the GOT's address (x86-64 psABI, "Large Models"; the
+/// `R_X86_64_GOTOFF64` is resolved at link time and leaves no relocation).
+/// Found, so nothing moves: the section is rewritten in place and the
+/// library's pointer still reaches its bundle, with gcc and clang, each
+/// linker.
+#[test]
+fn large_code_model_references_keep_the_section_in_place() {
+    let Some(Kit {
+        clang,
+        gcc,
+        dir,
+        blob,
+    }) = kit()
+    else {
+        return;
+    };
+    let asm = dir.join("large.s");
+    std::fs::write(&asm, containers(&blob, ".hidden", "")).unwrap();
+    let lib_c = dir.join("large.c");
+    std::fs::write(
+        &lib_c,
+        "__attribute__((visibility(\"hidden\"))) extern const char blob_c[];\n\
+         const char *third(void) { return blob_c; }\n",
+    )
+    .unwrap();
+    let user = dir.join("large-user");
+    std::fs::write(
+        dir.join("large-user.c"),
+        "#include <dlfcn.h>\n#include <stdio.h>\n#include <string.h>\n\
+         int main(int c, char **v) { void *h = dlopen(v[1], RTLD_NOW);\n\
+           if (!h) { printf(\"%s\\n\", dlerror()); return 1; }\n\
+           const char *(*f)(void) = (const char *(*)(void))dlsym(h, \"third\");\n\
+           printf(\"%d\\n\", !memcmp(f(), \"__CLANG_OFFLOAD_BUNDLE__\", 24)); return 0; }\n",
+    )
+    .unwrap();
+    run_ok(
+        Command::new(&gcc)
+            .arg(dir.join("large-user.c"))
+            .arg("-o")
+            .arg(&user)
+            .arg("-ldl"),
+    );
+    let load = |so: &Path| {
+        let o = Command::new(&user).arg(so).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for (compiler, ld) in [(&gcc, "bfd"), (&gcc, "gold"), (&clang, "lld")] {
+        let name = format!("{}-{ld}", compiler.file_name().unwrap().to_string_lossy());
+        let lib = dir.join(format!("large-{name}/liblarge.so"));
+        std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+        link(
+            compiler,
+            ld,
+            &["-O2", "-shared", "-fPIC", "-mcmodel=large"],
+            &[&lib_c, &asm],
+            &lib,
+        );
+        assert_eq!(load(&lib), "1\n", "{name}");
+        let out = dir.join(format!("large-{name}/out"));
+        let report = slim_json(&lib, &out);
+        let (result, compacted) = outcome(&report, &lib, &out);
+        assert!(!compacted, "{name}: {report}");
+        assert_eq!(load(&result), "1\n", "{name}: {report}");
+    }
+}

@@ -188,7 +188,12 @@ impl<'d> Scan<'d> {
             }
             if s.code {
                 match f.machine {
-                    elf::EM_X86_64 => found.extend(self.x86_64(s.index, s.bytes, s.addr, range)),
+                    elf::EM_X86_64 => {
+                        found.extend(self.x86_64(s.index, s.bytes, s.addr, range));
+                        if let Some(got) = self.got() {
+                            x86_64_gotoff(s.bytes, s.addr, got, range, &mut found);
+                        }
+                    }
                     elf::EM_AARCH64 => aarch64(s.bytes, s.addr, range, &mut found),
                     _ => {}
                 }
@@ -217,6 +222,27 @@ impl<'d> Scan<'d> {
             .find(|(s, _)| *s == i)
             .map(|(_, found)| found[k].clone())
             .unwrap_or_default()
+    }
+
+    /// The address `_GLOBAL_OFFSET_TABLE_` names on x86-64: the start of
+    /// `.got.plt`, or of `.got` where there is no `.got.plt` (what GNU ld,
+    /// gold and lld define it as).
+    fn got(&self) -> Option<u64> {
+        let f = &self.file;
+        let names = object::read::elf::FileHeader::section_strings(
+            <elf::FileHeader64<LE> as object::read::elf::FileHeader>::parse(f.data).ok()?,
+            f.endian,
+            f.data,
+            f.shdrs,
+        )
+        .ok()?;
+        let find = |name: &[u8]| {
+            f.shdrs
+                .iter()
+                .find(|s| s.name(f.endian, names).ok() == Some(name))
+                .map(|s| s.sh_addr(f.endian))
+        };
+        find(b".got.plt").or_else(|| find(b".got"))
     }
 
     /// The references of each x86-64 code section into each range asked
@@ -290,6 +316,32 @@ impl<'d> Scan<'d> {
                     });
                 }
             }
+        }
+    }
+}
+
+/// x86-64 code at `addr`: every `movabs $imm64, %reg` (REX.W + B8+r) whose
+/// immediate, added to the GOT's address `got`, lands in the range: the
+/// large code model's `sym@GOTOFF` (x86-64 psABI, "Large Models":
+/// `R_X86_64_GOTOFF64`, resolved at link time, so no relocation is left).
+/// Matched by bytes, at every offset: a match that is not an instruction
+/// only keeps the section where it is.
+fn x86_64_gotoff(bytes: &[u8], addr: u64, got: u64, range: Range, found: &mut Vec<Reference>) {
+    for (i, w) in bytes.windows(10).enumerate() {
+        if found.len() >= MAX {
+            return;
+        }
+        if w[0] & 0xf8 != 0x48 || w[1] & 0xf8 != 0xb8 {
+            continue;
+        }
+        let imm = u64::from_le_bytes([w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9]]);
+        let to = got.wrapping_add(imm);
+        if range.contains(to) {
+            found.push(Reference {
+                from: addr.wrapping_add(i as u64),
+                to,
+                kind: Kind::Code,
+            });
         }
     }
 }
