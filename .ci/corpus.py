@@ -76,14 +76,17 @@ def fetch(name: str, kind: str, spec: str) -> Path:
     work = Path(tempfile.mkdtemp(prefix=f"corpus-{name}-"))
     try:
         if kind == "wheel":
-            # The wheel for Linux x86-64 and CPython 3.12, whatever runs
-            # this (jax's plugins are built for 3.12 and later only).
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                 "--only-binary=:all:", "--platform", "manylinux_2_28_x86_64",
-                 "--python-version", "3.12", "-d", str(work), spec],
-                check=True,
-            )
+            # The wheel for this Python, else for CPython 3.12 on Linux
+            # x86-64 (jax's plugins are built for 3.12 and later only).
+            pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                   "-d", str(work), spec]
+            if subprocess.run(pip).returncode != 0:
+                platforms = []
+                for tag in ("manylinux_2_28", "manylinux_2_27", "manylinux_2_17",
+                            "manylinux2014"):
+                    platforms += ["--platform", f"{tag}_x86_64"]
+                subprocess.run(pip + ["--only-binary=:all:", "--python-version", "3.12"]
+                               + platforms, check=True)
             (archive,) = list(work.glob("*.whl"))
             shutil.rmtree(dest, ignore_errors=True)
             with zipfile.ZipFile(archive) as z:

@@ -13,10 +13,18 @@
 //!   or none (`SHN_ABS`): linker-script and `objcopy -I binary` symbols.
 //! - The section's own symbols that other files may bind to (exported from
 //!   `.dynsym`): another file's `symbol + addend` is not in this one.
+//! - x86-64 code of the large code model: `movabs $sym@GOTOFF`, whose
+//!   immediate is added to the GOT's address (x86-64 psABI, "Large
+//!   Models"), matched by bytes.
 //!
-//! A position-independent file's data needs no scan: a pointer there is
-//! only valid with a relocation, and relocations are read by the patcher
-//! itself. Objects (`ET_REL`) need none: every reference has a relocation.
+//! Not found, so not proven absent (the forms the caller's layout model
+//! must still rule out, or keep the section in place for): a
+//! position-independent file's self-relative words in data (`.long sym -
+//! .`: relative vtables, offset tables), AArch64 large-model `MOVZ`/`MOVK`
+//! chains and literal-pool words in code, unaligned or 32-bit absolute
+//! words of a position-dependent file, and an object's assembler-resolved
+//! differences of two of the section's symbols.
+//!
 //! Each finding is conservative: a decoded word that only looks like a
 //! reference keeps the section where it is, never the other way round.
 
