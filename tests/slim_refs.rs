@@ -1149,3 +1149,62 @@ fn large_code_model_references_keep_the_section_in_place() {
         assert_eq!(load(&result), "1\n", "{name}: {report}");
     }
 }
+
+/// Words no relocation describes that name a container's start exactly:
+/// a self-relative 32-bit word in a PIE's `.rodata` (`.long blob_b - .`,
+/// as relative vtables and offset tables are written), and in a
+/// position-dependent program an 8-byte pointer at an odd offset (a packed
+/// structure) and a 32-bit absolute word (`.long blob_b`). Found, so the
+/// section stays in place, and each program follows its word to a bundle
+/// as the original does.
+#[test]
+fn exact_words_without_relocations_keep_the_section_in_place() {
+    let Some(Kit { gcc, dir, blob, .. }) = kit() else {
+        return;
+    };
+    let cases = [
+        (
+            "self-relative",
+            &["-pie", "-fPIE"][..],
+            "    .section .rodata\n    .p2align 2\n    .globl word\nword:\n    .long blob_b - .\n",
+            "extern const int word;\nconst char *target(void) { return (const char *)&word + word; }\n",
+        ),
+        (
+            "packed",
+            &["-no-pie", "-fno-pic"][..],
+            "    .data\n    .globl packed\npacked:\n    .byte 1\n    .quad blob_b\n",
+            "#include <string.h>\nextern const char packed[];\n\
+             const char *target(void) { const char *p; memcpy(&p, packed + 1, 8); return p; }\n",
+        ),
+        (
+            "absolute-32",
+            &["-no-pie", "-fno-pic"][..],
+            "    .data\n    .p2align 2\n    .globl word32\nword32:\n    .long blob_b\n",
+            "extern const unsigned word32;\n\
+             const char *target(void) { return (const char *)(unsigned long)word32; }\n",
+        ),
+    ];
+    for (name, flags, data, c) in cases {
+        let asm = dir.join(format!("{name}.s"));
+        std::fs::write(&asm, containers(&blob, ".hidden", data)).unwrap();
+        let src = dir.join(format!("{name}.c"));
+        std::fs::write(
+            &src,
+            format!(
+                "{c}#include <stdio.h>\n#include <string.h>\n\
+                 int main(void) {{ int ok = !memcmp(target(), \"__CLANG_OFFLOAD_BUNDLE__\", 24);\n\
+                   printf(\"%d\\n\", ok); return !ok; }}\n"
+            ),
+        )
+        .unwrap();
+        let exe = dir.join(format!("words-{name}"));
+        link(&gcc, "bfd", flags, &[&src, &asm], &exe);
+        let before = run(&exe);
+        assert_eq!(before, (Some(0), "1\n".into()), "{name}");
+        let out = dir.join(format!("words-{name}-out"));
+        let report = slim_json(&exe, &out);
+        let (result, compacted) = outcome(&report, &exe, &out);
+        assert!(!compacted, "{name}: {report}");
+        assert_eq!(run(&result), before, "{name}: {report}");
+    }
+}

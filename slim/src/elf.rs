@@ -153,6 +153,28 @@ impl Map {
 }
 
 impl Map {
+    /// The section offsets of the containers' bounds that compaction
+    /// moves (a start or end whose new offset is not its old one, and the
+    /// bounds of those that go), in order: where an exact pointer that no
+    /// relocation describes would go stale.
+    fn moving_bounds(&self) -> Vec<u64> {
+        let mut bounds: Vec<u64> = Vec::new();
+        for &(old, len, new, new_len, _) in &self.moves {
+            if old != new {
+                bounds.push(old);
+            }
+            if old + len != new + new_len {
+                bounds.push(old + len);
+            }
+        }
+        for &(old, len) in &self.removed {
+            bounds.extend([old, old + len]);
+        }
+        bounds.sort_unstable();
+        bounds.dedup();
+        bounds
+    }
+
     /// Whether section offset `at` means the same place when the section is
     /// rewritten where it stands (holes): a kept container's start or end,
     /// a place inside one kept as it was, or the section's bounds.
@@ -1063,7 +1085,11 @@ fn patch_references(
     // a position-dependent file, other sections' symbols): nothing of it is
     // rewritten, so nothing may move. The section's end included, though
     // another section may start there: code cannot say which it means.
-    let unseen = scan.references(addr, addr + t.size, &|at| patches.covers(at));
+    let mut unseen = scan.references(addr, addr + t.size, &|at| patches.covers(at));
+    if unseen.is_empty() {
+        let bounds: Vec<u64> = map.moving_bounds().iter().map(|b| addr + b).collect();
+        unseen = scan.exact_words(&bounds, &|at| patches.covers(at));
+    }
     if let Some(first) = unseen.first() {
         return Err(Unsafe {
             why: format!("{first}: compaction would move what it refers to"),

@@ -213,6 +213,76 @@ impl<'d> Scan<'d> {
         found
     }
 
+    /// Words that name one of `bounds` (addresses, in order) exactly and
+    /// that no relocation describes, in the loaded sections but the one
+    /// that moves: in a position-independent file's data, 4- and 8-byte
+    /// self-relative words at their alignment (`.long sym - .`: relative
+    /// vtables, offset tables); in a position-dependent one, 8-byte
+    /// absolute words at any offset, code included (packed structures,
+    /// literal pools), and in data 4-byte ones at their alignment
+    /// (addresses below 4 GiB, the small code model's). An exact bound, not
+    /// the whole range: a word that names the middle of a container names
+    /// nothing a program uses, and matching whole ranges (or 32-bit words
+    /// of code, whose bytes are as good as random) would take every file
+    /// for one with references. A 32-bit word may still name a bound by
+    /// chance in a big file's data (jax's `xla_cuda_plugin.so`: one word of
+    /// its 24 MB `.rodata`): that costs the compaction (holes instead),
+    /// never the result's correctness.
+    pub(crate) fn exact_words(
+        &self,
+        bounds: &[u64],
+        patched: &dyn Fn(u64) -> bool,
+    ) -> Vec<Reference> {
+        let (Some(&lo), Some(&hi)) = (bounds.first(), bounds.last()) else {
+            return Vec::new();
+        };
+        let hits = |v: u64| v >= lo && v <= hi && bounds.binary_search(&v).is_ok();
+        let mut found = Vec::new();
+        for s in self.file.loaded() {
+            let mut push = |at: usize, to: u64| {
+                if !patched(s.offset + at as u64) && found.len() < MAX {
+                    found.push(Reference {
+                        from: s.addr.wrapping_add(at as u64),
+                        to,
+                        kind: Kind::Data,
+                    });
+                }
+            };
+            let word = |at: usize, n: usize| -> Option<u64> {
+                let b = s.bytes.get(at..at + n)?;
+                let mut w = [0u8; 8];
+                w[..n].copy_from_slice(b);
+                Some(u64::from_le_bytes(w))
+            };
+            let here = |at: usize| s.addr.wrapping_add(at as u64);
+            for at in 0..s.bytes.len() {
+                let aligned4 = here(at) % 4 == 0;
+                let aligned8 = here(at) % 8 == 0;
+                if self.file.fixed {
+                    if let Some(v) = word(at, 8).filter(|&v| hits(v)) {
+                        push(at, v);
+                    } else if let Some(v) =
+                        word(at, 4).filter(|&v| aligned4 && !s.code && hits(v))
+                    {
+                        push(at, v);
+                    }
+                } else if aligned4 && !s.code {
+                    let rel32 = word(at, 4).map(|v| here(at).wrapping_add(v as u32 as i32 as u64));
+                    let rel64 = word(at, 8)
+                        .filter(|_| aligned8)
+                        .map(|v| here(at).wrapping_add(v));
+                    if let Some(v) = rel32.filter(|&v| hits(v)).or(rel64.filter(|&v| hits(v))) {
+                        push(at, v);
+                    }
+                }
+            }
+            if found.len() >= MAX {
+                break;
+            }
+        }
+        found
+    }
+
     /// The references into `range` of section `i`, x86-64 code `bytes` at
     /// `addr`: from the findings for all the ranges asked about together
     /// where it is one of them.
