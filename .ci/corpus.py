@@ -125,8 +125,9 @@ def gpu_files(probe: str, tree: Path) -> list:
     report = json.loads(out.stdout)
     files = set()
     for o in report.get("objects", []):
-        path = Path(o["path"])
-        if o.get("containers") and path.is_file() and not path.is_symlink():
+        # Reported under a name that may be a symbolic link: the file.
+        path = Path(o["path"]).resolve()
+        if o.get("containers") and path.is_file():
             files.add(path)
     return sorted(files)
 
@@ -278,7 +279,7 @@ def main() -> int:
             for device in devices:
                 status, before, after, why, failed = line(args.probe, path, device, tree)
                 bad += status == "refused" or bool(failed)
-                print(f"| {name} | {path.relative_to(tree)} | {device} | {status} | "
+                print(f"| {name} | {path.relative_to(tree.resolve())} | {device} | {status} | "
                       f"{mib(before)} | {mib(after)} | {why} | {'; '.join(failed)} |",
                       flush=True)
     return 1 if bad else 0
