@@ -17,13 +17,15 @@
 //!   immediate is added to the GOT's address (x86-64 psABI, "Large
 //!   Models"), matched by bytes.
 //!
-//! Not found, so not proven absent (the forms the caller's layout model
-//! must still rule out, or keep the section in place for): a
-//! position-independent file's self-relative words in data (`.long sym -
-//! .`: relative vtables, offset tables), AArch64 large-model `MOVZ`/`MOVK`
-//! chains and literal-pool words in code, unaligned or 32-bit absolute
-//! words of a position-dependent file, and an object's assembler-resolved
-//! differences of two of the section's symbols.
+//! - Words that name a moving container's bound exactly
+//!   ([`Scan::exact_words`]): a position-independent file's self-relative
+//!   data words (`.long sym - .`), a position-dependent file's 8-byte words
+//!   at any offset (packed structures, AArch64 literal pools) and 4-byte
+//!   absolute words in data.
+//!
+//! Not found, so not proven absent: AArch64 large-model `MOVZ`/`MOVK`
+//! chains, and an object's assembler-resolved differences of two of the
+//! section's symbols (`.quad end - start`).
 //!
 //! Each finding is conservative: a decoded word that only looks like a
 //! reference keeps the section where it is, never the other way round.
