@@ -4,8 +4,8 @@
 //!
 //! - Code: x86-64 RIP-relative operands and near branches (decoded with
 //!   `iced-x86`); in a position-dependent executable also absolute
-//!   displacements and immediates. AArch64 `ADR`, `ADRP` and `LDR`
-//!   (literal), decoded by hand from their fixed encodings (Arm
+//!   displacements and immediates. AArch64 `ADR`, `ADRP`, `LDR`
+//!   (literal) and `MOVZ`/`MOVK` chains, decoded by hand from their fixed encodings (Arm
 //!   Architecture Reference Manual, C6.2: ADR, ADRP, LDR (literal)).
 //! - Data of a position-dependent executable: every aligned 8-byte word of
 //!   its loaded sections (a pointer there needs no relocation).
@@ -23,9 +23,11 @@
 //!   at any offset (packed structures, AArch64 literal pools) and 4-byte
 //!   absolute words in data.
 //!
-//! Not found, so not proven absent: AArch64 large-model `MOVZ`/`MOVK`
-//! chains, and an object's assembler-resolved differences of two of the
-//! section's symbols (`.quad end - start`).
+//! - AArch64 code of the large code model: a `MOVZ` and the `MOVK`s that
+//!   complete an absolute address.
+//!
+//! Not found, so not proven absent: an object's assembler-resolved
+//! differences of two of the section's symbols (`.quad end - start`).
 //!
 //! Each finding is conservative: a decoded word that only looks like a
 //! reference keeps the section where it is, never the other way round.
@@ -263,8 +265,7 @@ impl<'d> Scan<'d> {
                 if self.file.fixed {
                     if let Some(v) = word(at, 8).filter(|&v| hits(v)) {
                         push(at, v);
-                    } else if let Some(v) =
-                        word(at, 4).filter(|&v| aligned4 && !s.code && hits(v))
+                    } else if let Some(v) = word(at, 4).filter(|&v| aligned4 && !s.code && hits(v))
                     {
                         push(at, v);
                     }
@@ -474,6 +475,11 @@ fn aarch64(bytes: &[u8], addr: u64, range: Range, found: &mut Vec<Reference>) {
             let imm19 = ((w >> 5) & 0x7ffff) as i64;
             let imm = (imm19 << 45) >> 43;
             (pc.wrapping_add(imm as u64), Kind::Code)
+        } else if let Some(value) = movz_chain(&words[i..]) {
+            // The large code model's absolute address (AArch64 ELF psABI,
+            // "Code models": MOVZ/MOVK with R_AARCH64_MOVW_UABS_G0..G3,
+            // resolved at link time).
+            (value, Kind::Code)
         } else {
             continue;
         };
@@ -481,6 +487,31 @@ fn aarch64(bytes: &[u8], addr: u64, range: Range, found: &mut Vec<Reference>) {
             found.push(Reference { from: pc, to, kind });
         }
     }
+}
+
+/// The value a 64-bit `MOVZ Xd` at `code[0]` and the `MOVK Xd` that follow
+/// it (up to three, any order, other instructions not between them) build,
+/// when at least one `MOVK` does (a lone `MOVZ` is a constant, not an
+/// address). Arm ARM C6.2: MOVZ `0xd2800000`, MOVK `0xf2800000`, `hw` in
+/// bits 21..22 (the 16-bit piece's position), `imm16` in bits 5..20.
+fn movz_chain(code: &[u32]) -> Option<u64> {
+    let (&first, rest) = code.split_first()?;
+    if first & 0xff80_0000 != 0xd280_0000 {
+        return None;
+    }
+    let rd = first & 0x1f;
+    let piece = |w: u32| u64::from((w >> 5) & 0xffff) << (16 * ((w >> 21) & 3));
+    let mut value = piece(first);
+    let mut moves = 0;
+    for &w in rest.iter().take(3) {
+        if w & 0xff80_0000 != 0xf280_0000 || w & 0x1f != rd {
+            break;
+        }
+        let shift = 16 * ((w >> 21) & 3);
+        value = (value & !(0xffff << shift)) | piece(w);
+        moves += 1;
+    }
+    (moves > 0).then_some(value)
 }
 
 /// `ADR`/`ADRP`'s signed 21-bit immediate, immhi (bits 5..24) : immlo
@@ -530,6 +561,27 @@ fn words(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aarch64_large_model_chains() {
+        let range = Range {
+            start: 0x12_3456_0000,
+            end: 0x12_3457_0000,
+        };
+        // movz x3, #0x89ab; movk x3, #0x3456, lsl #16; movk x3, #0x12, lsl #32
+        let movz = |hw: u32, imm: u32, rd: u32| 0xd280_0000 | hw << 21 | imm << 5 | rd;
+        let movk = |hw: u32, imm: u32, rd: u32| 0xf280_0000 | hw << 21 | imm << 5 | rd;
+        let chain = [movz(0, 0x89ab, 3), movk(1, 0x3456, 3), movk(2, 0x12, 3)];
+        assert_eq!(movz_chain(&chain), Some(0x12_3456_89ab));
+        let bytes: Vec<u8> = chain.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut found = Vec::new();
+        aarch64(&bytes, 0x1000, range, &mut found);
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].from, found[0].to), (0x1000, 0x12_3456_89ab));
+        // Another register's MOVK ends the chain; a lone MOVZ is a constant.
+        assert_eq!(movz_chain(&[movz(0, 1, 3), movk(1, 2, 4)]), None);
+        assert_eq!(movz_chain(&[movz(1, 0x3456, 3)]), None);
+    }
 
     #[test]
     fn aarch64_pc_relative_forms() {
