@@ -1208,3 +1208,49 @@ fn exact_words_without_relocations_keep_the_section_in_place() {
         assert_eq!(run(&result), before, "{name}: {report}");
     }
 }
+
+/// An object whose data holds a difference of two of the section's symbols
+/// (`.quad blob_end - blob_a`), which the assembler resolves with no
+/// relocation: the section stays in place (holes), and the program linked
+/// from the slimmed object prints the same difference and finds its
+/// bundles as the original's does.
+#[test]
+fn objects_with_resolved_differences_keep_the_section_in_place() {
+    let Some(Kit { gcc, dir, blob, .. }) = kit() else {
+        return;
+    };
+    let asm = dir.join("diff.s");
+    std::fs::write(
+        &asm,
+        containers(
+            &blob,
+            ".hidden",
+            "    .data\n    .p2align 3\n    .globl span\nspan:\n    .quad blob_end - blob_a\n",
+        ),
+    )
+    .unwrap();
+    let obj = dir.join("diff.o");
+    run_ok(Command::new(&gcc).arg("-c").arg(&asm).arg("-o").arg(&obj));
+    let main = dir.join("diff-main.c");
+    std::fs::write(
+        &main,
+        "#include <stdio.h>\n#include <string.h>\n\
+         extern const char blob_a[], blob_c[], blob_end[]; extern const long span;\n\
+         int main(void) { int ok = blob_a + span == blob_end\n\
+             && !memcmp(blob_c, \"__CLANG_OFFLOAD_BUNDLE__\", 24);\n\
+           printf(\"%d\\n\", ok); return !ok; }\n",
+    )
+    .unwrap();
+    let out = dir.join("diff-out");
+    let report = slim_json(&obj, &out);
+    let (result, compacted) = outcome(&report, &obj, &out);
+    assert!(!compacted, "{report}");
+    let mut runs = Vec::new();
+    for (name, o) in [("orig", &obj), ("slim", &result)] {
+        let exe = dir.join(format!("diff-{name}"));
+        link(&gcc, "bfd", &[], &[&main, o], &exe);
+        runs.push(run(&exe));
+    }
+    assert_eq!(runs[0].0, Some(0), "{runs:?}");
+    assert_eq!(runs[0], runs[1], "{report}");
+}

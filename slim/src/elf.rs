@@ -675,6 +675,9 @@ fn compact_unloaded<'a>(
     if shift == 0 {
         return Ok(None);
     }
+    if t.kind == elf::ET_REL {
+        differences_unseen(t)?;
+    }
     let mut patches = Patches::default();
     patch_sections(
         &mut patches,
@@ -1752,6 +1755,32 @@ fn patch_symbols(
                 patches.u64(at + 16, end.saturating_sub(new));
             }
         }
+    }
+    Ok(())
+}
+
+/// In an object, the assembler resolves the difference of two symbols of
+/// one section (`.quad end - start`) itself, leaving no relocation: a
+/// section with two symbols or more (beyond its section symbol) may have
+/// one such word somewhere, which a move would make stale, so it is
+/// rewritten in place. nvcc's and clang's objects name their fat binary
+/// with one symbol.
+fn differences_unseen(t: &Target<'_>) -> Result<(), Unsafe> {
+    let mut named = 0usize;
+    for table in symbol_tables(t.data, t.shdrs, t.endian)? {
+        named += table
+            .syms
+            .iter()
+            .filter(|s| {
+                usize::from(s.st_shndx(t.endian)) == t.index
+                    && !matches!(s.st_type(), elf::STT_SECTION | elf::STT_FILE)
+            })
+            .count();
+    }
+    if named >= 2 {
+        return Err(unsafe_(format!(
+            "{named} symbols name places in the section, and the assembler resolves the difference of two of them with no relocation"
+        )));
     }
     Ok(())
 }

@@ -26,8 +26,9 @@
 //! - AArch64 code of the large code model: a `MOVZ` and the `MOVK`s that
 //!   complete an absolute address.
 //!
-//! Not found, so not proven absent: an object's assembler-resolved
-//! differences of two of the section's symbols (`.quad end - start`).
+//! Not found here: an object's assembler-resolved differences of two of
+//! the section's symbols (`.quad end - start`), which the patcher rules
+//! out by the object's symbols instead.
 //!
 //! Each finding is conservative: a decoded word that only looks like a
 //! reference keeps the section where it is, never the other way round.
