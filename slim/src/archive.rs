@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::elf::Unsafe;
 use crate::pieces::{Output, Piece};
+use crate::refusal::Unsafe;
 
 const MAGIC: &[u8] = b"!<arch>\n";
 const HEADER: u64 = 60;

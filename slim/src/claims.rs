@@ -14,7 +14,7 @@ use object::elf;
 use object::read::elf::{FileHeader, SectionHeader};
 use object::LittleEndian as LE;
 
-use crate::elf::Unsafe;
+use crate::refusal::Unsafe;
 
 type Header = elf::FileHeader64<LE>;
 

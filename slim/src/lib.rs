@@ -26,7 +26,7 @@ mod elf;
 mod file;
 mod pieces;
 mod refs;
-mod room;
+mod refusal;
 
 use offload_loader::discover::{OffloadSection, SectionRole};
 use offload_loader::target::OffloadKind;
@@ -36,13 +36,13 @@ use rayon::prelude::*;
 use container::InPlace;
 
 pub use container::Outcome;
-pub use elf::Unsafe;
 pub use file::{
     copy_file, install_sigbus_guard, is_temporary, keep_directory, link_name, slim_file,
     symlink_name, sync_tree, ContainerSummary, Copied, CopyError, Destination, FileReport,
     GuardError, How, Options, OtherGpus, Removed,
 };
 pub use pieces::{Output, Piece};
+pub use refusal::Unsafe;
 
 /// What became of one container.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,8 +19,8 @@ use object::read::elf::{ProgramHeader, SectionHeader};
 use object::read::StringTable;
 use object::LittleEndian as LE;
 
-use crate::elf::Unsafe;
 use crate::refs;
+use crate::refusal::Unsafe;
 
 const PHDR_SIZE: u64 = 56;
 

@@ -1,0 +1,162 @@
+//! The file being compacted, as its headers say: the section, the tables,
+//! and where the fat-binary wrappers' pointers are.
+
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
+use object::LittleEndian as LE;
+
+use crate::refusal::{unsafe_, Unsafe};
+
+use offload_loader::registration::FatbinWrapper;
+
+use super::point::Point;
+use crate::refs;
+
+pub(super) type Header = elf::FileHeader64<LE>;
+
+pub(super) const PHDR_SIZE: u64 = 56;
+
+/// The page size compaction and holes are measured in.
+pub(crate) const PAGE: u64 = 4096;
+
+/// The file and its offload section, as the patcher reads them.
+pub(super) struct Target<'a> {
+    pub(super) data: &'a [u8],
+    pub(super) endian: LE,
+    pub(super) machine: u16,
+    pub(super) kind: u16,
+    pub(super) shdrs: &'a [elf::SectionHeader64<LE>],
+    pub(super) phdrs: &'a [elf::ProgramHeader64<LE>],
+    pub(super) names: Option<object::read::StringTable<'a>>,
+    /// The program header table: offset, entries; the section header
+    /// table: offset, entry size.
+    pub(super) phoff: u64,
+    pub(super) phnum: u64,
+    pub(super) shoff: u64,
+    pub(super) shentsize: u64,
+    /// The offload section: index, file offset, size, address, alignment,
+    /// whether it is loaded.
+    pub(super) index: usize,
+    pub(super) offset: u64,
+    pub(super) size: u64,
+    pub(super) addr: u64,
+    pub(super) align: u64,
+    pub(super) alloc: bool,
+    /// The addresses of the fat-binary wrappers' two pointer fields, in
+    /// order ([`Target::points_at`]).
+    pub(super) wrapper_fields: Vec<u64>,
+}
+
+/// The addresses of the pointer fields (fat binary, and the prelinked
+/// binaries of CUDA's version 2) of every wrapper in the loaded
+/// `.hipFatBinSegment` and `.nvFatBinSegment` sections, in order.
+pub(super) fn wrapper_fields(
+    data: &[u8],
+    shdrs: &[elf::SectionHeader64<LE>],
+    e: LE,
+    names: Option<object::read::StringTable<'_>>,
+) -> Vec<u64> {
+    let mut fields = Vec::new();
+    for s in shdrs {
+        let name = names.and_then(|n| s.name(e, n).ok()).unwrap_or_default();
+        if (name != b".hipFatBinSegment" && name != b".nvFatBinSegment")
+            || s.sh_flags(e) & u64::from(elf::SHF_ALLOC) == 0
+        {
+            continue;
+        }
+        let Ok(bytes) = s.data(e, data) else { continue };
+        for (at, wrapper) in FatbinWrapper::all(bytes) {
+            if wrapper.is_ok() {
+                fields.extend([8, 16].map(|f| s.sh_addr(e).wrapping_add(at + f)));
+            }
+        }
+    }
+    fields.sort_unstable();
+    fields
+}
+
+impl<'a> Target<'a> {
+    /// What a pointer stored at address `place` is known to point at: a
+    /// container's start in a fat-binary wrapper's pointer fields (the
+    /// registration code clang and nvcc emit hands that pointer to
+    /// `__hipRegisterFatBinary` / `__cudaRegisterFatBinary`, which read a
+    /// container there), where one container may end as the next begins;
+    /// anything else, unknown.
+    pub(super) fn points_at(&self, place: u64) -> Point {
+        if self.wrapper_fields.binary_search(&place).is_ok() {
+            Point::Start
+        } else {
+            Point::Unknown
+        }
+    }
+
+    pub(super) fn parse(data: &'a [u8], offset: u64, size: u64) -> Result<Target<'a>, Unsafe> {
+        let bad = |e: object::Error| unsafe_(format!("its ELF headers cannot be read: {e}"));
+        let header = Header::parse(data).map_err(bad)?;
+        let endian = header.endian().map_err(bad)?;
+        let shdrs = header.section_headers(endian, data).map_err(bad)?;
+        let phdrs = header.program_headers(endian, data).map_err(bad)?;
+        let index = shdrs
+            .iter()
+            .position(|s| {
+                s.sh_offset(endian) == offset
+                    && s.sh_size(endian) == size
+                    && s.sh_type(endian) != elf::SHT_NOBITS
+            })
+            .ok_or_else(|| unsafe_("the offload section is not in the section table"))?;
+        let section = &shdrs[index];
+        let names = header.section_strings(endian, data, shdrs).ok();
+        Ok(Target {
+            wrapper_fields: wrapper_fields(data, shdrs, endian, names),
+            data,
+            endian,
+            machine: header.e_machine(endian),
+            kind: header.e_type(endian),
+            shdrs,
+            phdrs,
+            names,
+            phoff: header.e_phoff(endian),
+            phnum: u64::from(header.e_phnum(endian)),
+            shoff: header.e_shoff(endian),
+            shentsize: u64::from(header.e_shentsize(endian)),
+            index,
+            offset,
+            size,
+            addr: section.sh_addr(endian),
+            align: section.sh_addralign(endian).clamp(1, PAGE),
+            alloc: section.sh_flags(endian) & u64::from(elf::SHF_ALLOC) != 0,
+        })
+    }
+
+    /// The file offset of the 8 bytes at address `vaddr`, if loaded from the file.
+    pub(super) fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        let e = self.endian;
+        self.phdrs.iter().find_map(|p| {
+            (p.p_type(e) == elf::PT_LOAD
+                && vaddr >= p.p_vaddr(e)
+                && vaddr.saturating_add(8) <= p.p_vaddr(e).saturating_add(p.p_filesz(e)))
+            .then(|| p.p_offset(e) + (vaddr - p.p_vaddr(e)))
+        })
+    }
+
+    /// The 8-byte word at file offset `at`.
+    pub(super) fn word(&self, at: u64) -> Option<u64> {
+        self.data
+            .get(at as usize..(at as usize).checked_add(8)?)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+    }
+
+    /// The scan for references no relocation describes, into the
+    /// `together` ranges (searched for at once) or any other.
+    pub(super) fn scan(&self, together: &[(u64, u64)]) -> refs::Scan<'a> {
+        let file = refs::File {
+            data: self.data,
+            shdrs: self.shdrs,
+            endian: self.endian,
+            machine: self.machine,
+            fixed: self.kind == elf::ET_EXEC,
+            index: self.index,
+        };
+        refs::Scan::new(file, together)
+    }
+}
