@@ -218,30 +218,34 @@ impl<'d> Scan<'d> {
         found
     }
 
-    /// Words that name one of `bounds` (addresses, in order) exactly and
-    /// that no relocation describes, in the loaded sections but the one
-    /// that moves: in a position-independent file's data, 4- and 8-byte
-    /// self-relative words at their alignment (`.long sym - .`: relative
-    /// vtables, offset tables); in a position-dependent one, 8-byte
-    /// absolute words at any offset, code included (packed structures,
-    /// literal pools), and in data 4-byte ones at their alignment
-    /// (addresses below 4 GiB, the small code model's). An exact bound, not
-    /// the whole range: a word that names the middle of a container names
-    /// nothing a program uses, and matching whole ranges (or 32-bit words
-    /// of code, whose bytes are as good as random) would take every file
-    /// for one with references. A 32-bit word may still name a bound by
-    /// chance in a big file's data (jax's `xla_cuda_plugin.so`: one word of
-    /// its 24 MB `.rodata`): that costs the compaction (holes instead),
-    /// never the result's correctness.
+    /// Words that name a moving container bound exactly (`bounds`:
+    /// addresses, in order; `starts`: the starts among them) and that no
+    /// relocation describes, in the loaded sections but the one that
+    /// moves: in a position-independent file's data, 8-byte self-relative
+    /// words at their alignment naming a bound and 4-byte ones naming a
+    /// start (`.long sym - .`: relative vtables, offset tables); in a
+    /// position-dependent one, 8-byte absolute words at any offset, code
+    /// included (packed structures, literal pools), and in data 4-byte
+    /// ones at their alignment (addresses below 4 GiB, the small code
+    /// model's). An exact bound, not the whole range: a word that names the
+    /// middle of a container names nothing a program uses, and matching
+    /// whole ranges (or 32-bit words of code, whose bytes are as good as
+    /// random) would take every file for one with references. A 32-bit
+    /// word may still name a start by chance in a big file's data (jax's
+    /// `xla_cuda_plugin.so`, vllm's `_deepselect_C.abi3.so`: one word of
+    /// their `.rodata`): that costs the compaction (holes instead), never
+    /// the result's correctness.
     pub(crate) fn exact_words(
         &self,
         bounds: &[u64],
+        starts: &[u64],
         patched: &dyn Fn(u64) -> bool,
     ) -> Vec<Reference> {
         let (Some(&lo), Some(&hi)) = (bounds.first(), bounds.last()) else {
             return Vec::new();
         };
         let hits = |v: u64| v >= lo && v <= hi && bounds.binary_search(&v).is_ok();
+        let starts_at = |v: u64| v >= lo && v <= hi && starts.binary_search(&v).is_ok();
         let mut found = Vec::new();
         for s in self.file.loaded() {
             let mut push = |at: usize, to: u64| {
@@ -275,7 +279,10 @@ impl<'d> Scan<'d> {
                     let rel64 = word(at, 8)
                         .filter(|_| aligned8)
                         .map(|v| here(at).wrapping_add(v));
-                    if let Some(v) = rel32.filter(|&v| hits(v)).or(rel64.filter(|&v| hits(v))) {
+                    if let Some(v) = rel32
+                        .filter(|&v| starts_at(v))
+                        .or(rel64.filter(|&v| hits(v)))
+                    {
                         push(at, v);
                     }
                 }

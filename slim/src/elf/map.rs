@@ -72,13 +72,14 @@ impl Map {
 impl Map {
     /// The section offsets of the containers' bounds that compaction
     /// moves (a start or end whose new offset is not its old one, and the
-    /// bounds of those that go), in order: where an exact pointer that no
-    /// relocation describes would go stale.
-    pub(super) fn moving_bounds(&self) -> Vec<u64> {
-        let mut bounds: Vec<u64> = Vec::new();
+    /// bounds of those that go), in order, and of their starts alone:
+    /// where an exact pointer that no relocation describes would go stale.
+    pub(super) fn moving_bounds(&self) -> (Vec<u64>, Vec<u64>) {
+        let (mut bounds, mut starts) = (Vec::new(), Vec::new());
         for &(old, len, new, new_len, _) in &self.moves {
             if old != new {
                 bounds.push(old);
+                starts.push(old);
             }
             if old + len != new + new_len {
                 bounds.push(old + len);
@@ -86,10 +87,13 @@ impl Map {
         }
         for &(old, len) in &self.removed {
             bounds.extend([old, old + len]);
+            starts.push(old);
         }
-        bounds.sort_unstable();
-        bounds.dedup();
-        bounds
+        for v in [&mut bounds, &mut starts] {
+            v.sort_unstable();
+            v.dedup();
+        }
+        (bounds, starts)
     }
 
     /// Whether section offset `at` means the same place when the section is

@@ -147,8 +147,9 @@ pub(super) fn patch_references(
     // another section may start there: code cannot say which it means.
     let mut unseen = scan.references(addr, addr + t.size, &|at| patches.covers(at));
     if unseen.is_empty() {
-        let bounds: Vec<u64> = map.moving_bounds().iter().map(|b| addr + b).collect();
-        unseen = scan.exact_words(&bounds, &|at| patches.covers(at));
+        let (bounds, starts) = map.moving_bounds();
+        let at = |v: Vec<u64>| v.into_iter().map(|b| addr + b).collect::<Vec<u64>>();
+        unseen = scan.exact_words(&at(bounds), &at(starts), &|at| patches.covers(at));
     }
     if let Some(first) = unseen.first() {
         return Err(Unsafe {
