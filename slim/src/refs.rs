@@ -275,9 +275,13 @@ impl<'d> Scan<'d> {
                         push(at, v);
                     }
                 } else if aligned4 && !s.code {
-                    let rel32 = word(at, 4).map(|v| here(at).wrapping_add(v as u32 as i32 as u64));
+                    // Zero names the word itself, which is no reference
+                    // into the section, though it may lie at its end.
+                    let rel32 = word(at, 4)
+                        .filter(|&v| v != 0)
+                        .map(|v| here(at).wrapping_add(v as u32 as i32 as u64));
                     let rel64 = word(at, 8)
-                        .filter(|_| aligned8)
+                        .filter(|&v| aligned8 && v != 0)
                         .map(|v| here(at).wrapping_add(v));
                     if let Some(v) = rel32
                         .filter(|&v| starts_at(v))
