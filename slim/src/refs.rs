@@ -224,9 +224,10 @@ impl<'d> Scan<'d> {
     /// moves: in a position-independent file's data, 8-byte self-relative
     /// words at their alignment naming a bound and 4-byte ones naming a
     /// start (`.long sym - .`: relative vtables, offset tables); in a
-    /// position-dependent one, 8-byte absolute words at any offset, code
-    /// included (packed structures, literal pools), and in data 4-byte
-    /// ones at their alignment (addresses below 4 GiB, the small code
+    /// position-dependent one, 8-byte absolute words naming a bound at any
+    /// offset of data (packed structures) and at their alignment in
+    /// AArch64 code (literal pools), and 4-byte ones naming a start at
+    /// their alignment in data (addresses below 4 GiB, the small code
     /// model's). An exact bound, not the whole range: a word that names the
     /// middle of a container names nothing a program uses, and matching
     /// whole ranges (or 32-bit words of code, whose bytes are as good as
@@ -246,6 +247,7 @@ impl<'d> Scan<'d> {
         };
         let hits = |v: u64| v >= lo && v <= hi && bounds.binary_search(&v).is_ok();
         let starts_at = |v: u64| v >= lo && v <= hi && starts.binary_search(&v).is_ok();
+        let aarch64 = self.file.machine == elf::EM_AARCH64;
         let mut found = Vec::new();
         for s in self.file.loaded() {
             let mut push = |at: usize, to: u64| {
@@ -268,9 +270,14 @@ impl<'d> Scan<'d> {
                 let aligned4 = here(at) % 4 == 0;
                 let aligned8 = here(at) % 8 == 0;
                 if self.file.fixed {
-                    if let Some(v) = word(at, 8).filter(|&v| hits(v)) {
+                    // Code: AArch64's literal pools, at their alignment (x86
+                    // code's absolute operands are decoded, and its bytes at
+                    // any offset name anything by chance).
+                    let any8 = if s.code { aarch64 && aligned8 } else { true };
+                    if let Some(v) = word(at, 8).filter(|&v| any8 && hits(v)) {
                         push(at, v);
-                    } else if let Some(v) = word(at, 4).filter(|&v| aligned4 && !s.code && hits(v))
+                    } else if let Some(v) =
+                        word(at, 4).filter(|&v| aligned4 && !s.code && starts_at(v))
                     {
                         push(at, v);
                     }
