@@ -1153,25 +1153,17 @@ fn large_code_model_references_keep_the_section_in_place() {
     }
 }
 
-/// Words no relocation describes that name a container's start exactly:
-/// a self-relative 32-bit word in a PIE's `.rodata` (`.long blob_b - .`,
-/// as relative vtables and offset tables are written), and in a
-/// position-dependent program an 8-byte pointer at an odd offset (a packed
-/// structure) and a 32-bit absolute word (`.long blob_b`). Found, so the
-/// section stays in place, and each program follows its word to a bundle
-/// as the original does.
+/// Words no relocation describes that name a container's start exactly,
+/// in a position-dependent program: an 8-byte pointer at an odd offset (a
+/// packed structure) and a 32-bit absolute word (`.long blob_b`). Found,
+/// so the section stays in place, and each program follows its word to a
+/// bundle as the original does.
 #[test]
 fn exact_words_without_relocations_keep_the_section_in_place() {
     let Some(Kit { gcc, dir, blob, .. }) = kit() else {
         return;
     };
     let cases = [
-        (
-            "self-relative",
-            &["-pie", "-fPIE"][..],
-            "    .section .rodata\n    .p2align 2\n    .globl word\nword:\n    .long blob_b - .\n",
-            "extern const int word;\nconst char *target(void) { return (const char *)&word + word; }\n",
-        ),
         (
             "packed",
             &["-no-pie", "-fno-pic"][..],
