@@ -863,27 +863,12 @@ fn layouts_other_tools_leave_are_compacted() {
            return 40 + !memcmp(lro, \"__CLANG_OFFLOAD_BUNDLE__\", 24) + !strcmp(b300, \"bss\"); }\n",
     )
     .unwrap();
-    let user = dir.join("user");
-    std::fs::write(
-        dir.join("user.c"),
-        "#include <dlfcn.h>\n#include <stdio.h>\n\
-         int main(int c, char **v) { void *h = dlopen(v[1], RTLD_NOW);\n\
-           if (!h) { printf(\"%s\\n\", dlerror()); return 1; }\n\
-           int (*f)(void) = (int (*)(void))dlsym(h, \"answer\");\n\
-           printf(\"%d\\n\", f ? f() : -1); return 0; }\n",
-    )
-    .unwrap();
-    run_ok(
-        Command::new(&gcc)
-            .arg(dir.join("user.c"))
-            .arg("-o")
-            .arg(&user)
-            .arg("-ldl"),
+    let load = dlopen_caller(
+        &gcc,
+        &dir.join("user"),
+        "",
+        "int (*f)(void) = (int (*)(void))dlsym(h, \"answer\"); printf(\"%d\\n\", f ? f() : -1);",
     );
-    let load = |so: &Path| {
-        let o = Command::new(&user).arg(so).output().unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
     let readelf = |so: &Path, flag: &str| {
         String::from_utf8(run_ok(Command::new("readelf").arg(flag).arg("-W").arg(so)).stdout)
             .unwrap()
@@ -966,27 +951,12 @@ fn tls_symbols_are_offsets_not_addresses() {
                 pthread_join(t, 0); long m = 0; sum(&m); return s + m; }\n";
     let lib_src = dir.join("tls.c");
     std::fs::write(&lib_src, lib_c).unwrap();
-    let user = dir.join("tls-user");
-    std::fs::write(
-        dir.join("tls-user.c"),
-        "#include <dlfcn.h>\n#include <stdio.h>\n\
-         int main(int c, char **v) { void *h = dlopen(v[1], RTLD_NOW);\n\
-           if (!h) { printf(\"%s\\n\", dlerror()); return 1; }\n\
-           long (*f)(void) = (long (*)(void))dlsym(h, \"answer\");\n\
-           printf(\"%ld\\n\", f ? f() : -1); return 0; }\n",
-    )
-    .unwrap();
-    run_ok(
-        Command::new(&gcc)
-            .arg(dir.join("tls-user.c"))
-            .arg("-o")
-            .arg(&user)
-            .arg("-ldl"),
+    let load = dlopen_caller(
+        &gcc,
+        &dir.join("tls-user"),
+        "",
+        "long (*f)(void) = (long (*)(void))dlsym(h, \"answer\"); printf(\"%ld\\n\", f ? f() : -1);",
     );
-    let load = |so: &Path| {
-        let o = Command::new(&user).arg(so).output().unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
     for ld in ["bfd", "gold", "lld"] {
         let compiler = if ld == "lld" { &clang } else { &gcc };
         let lib = dir.join(format!("tls-{ld}/libtls.so"));
@@ -1112,27 +1082,13 @@ fn large_code_model_references_keep_the_section_in_place() {
          const char *third(void) { return blob_c; }\n",
     )
     .unwrap();
-    let user = dir.join("large-user");
-    std::fs::write(
-        dir.join("large-user.c"),
-        "#include <dlfcn.h>\n#include <stdio.h>\n#include <string.h>\n\
-         int main(int c, char **v) { void *h = dlopen(v[1], RTLD_NOW);\n\
-           if (!h) { printf(\"%s\\n\", dlerror()); return 1; }\n\
-           const char *(*f)(void) = (const char *(*)(void))dlsym(h, \"third\");\n\
-           printf(\"%d\\n\", !memcmp(f(), \"__CLANG_OFFLOAD_BUNDLE__\", 24)); return 0; }\n",
-    )
-    .unwrap();
-    run_ok(
-        Command::new(&gcc)
-            .arg(dir.join("large-user.c"))
-            .arg("-o")
-            .arg(&user)
-            .arg("-ldl"),
+    let load = dlopen_caller(
+        &gcc,
+        &dir.join("large-user"),
+        "#include <string.h>\n",
+        "const char *(*f)(void) = (const char *(*)(void))dlsym(h, \"third\");\n\
+         printf(\"%d\\n\", !memcmp(f(), \"__CLANG_OFFLOAD_BUNDLE__\", 24));",
     );
-    let load = |so: &Path| {
-        let o = Command::new(&user).arg(so).output().unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
     for (compiler, ld) in [(&gcc, "bfd"), (&gcc, "gold"), (&clang, "lld")] {
         let name = format!("{}-{ld}", compiler.file_name().unwrap().to_string_lossy());
         let lib = dir.join(format!("large-{name}/liblarge.so"));
@@ -1248,4 +1204,27 @@ fn objects_with_resolved_differences_keep_the_section_in_place() {
     }
     assert_eq!(runs[0].0, Some(0), "{runs:?}");
     assert_eq!(runs[0], runs[1], "{report}");
+}
+
+/// A program, built with `gcc` at `exe`, that `dlopen`s the library its
+/// argument names (printing `dlerror()` if it cannot) and runs `call` with
+/// the handle `h` (after the headers `dlfcn.h`, `stdio.h` and `includes`):
+/// a function from a library to what the program prints with it.
+fn dlopen_caller(gcc: &Path, exe: &Path, includes: &str, call: &str) -> impl Fn(&Path) -> String {
+    let src = exe.with_extension("c");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <dlfcn.h>\n#include <stdio.h>\n{includes}\
+             int main(int c, char **v) {{ void *h = dlopen(v[1], RTLD_NOW);\n\
+               if (!h) {{ printf(\"%s\\n\", dlerror()); return 1; }}\n{call}\n return 0; }}\n"
+        ),
+    )
+    .unwrap();
+    run_ok(Command::new(gcc).arg(&src).arg("-o").arg(exe).arg("-ldl"));
+    let exe = exe.to_path_buf();
+    move |so: &Path| {
+        let o = Command::new(&exe).arg(so).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
 }
