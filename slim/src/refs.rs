@@ -250,7 +250,10 @@ impl<'d> Scan<'d> {
         let starts_at = |v: u64| v >= lo && v <= hi && starts.binary_search(&v).is_ok();
         let aarch64 = self.file.machine == elf::EM_AARCH64;
         let mut found = Vec::new();
-        for s in self.file.loaded() {
+        // x86 code's absolute operands are decoded, and its bytes at any
+        // offset name anything by chance: only AArch64's literal pools are
+        // read in code.
+        for s in self.file.loaded().filter(|s| !s.code || aarch64) {
             let mut push = |at: usize, to: u64| {
                 if !patched(s.offset + at as u64) && found.len() < MAX {
                     found.push(Reference {
@@ -270,18 +273,13 @@ impl<'d> Scan<'d> {
             for at in 0..s.bytes.len() {
                 let aligned4 = here(at) % 4 == 0;
                 let aligned8 = here(at) % 8 == 0;
+                // Code: literal pools, at their alignment.
+                let any8 = !s.code || aligned8;
+                if let Some(v) = word(at, 8).filter(|&v| any8 && hits(v)) {
+                    push(at, v);
+                } else if let Some(v) = word(at, 4).filter(|&v| aligned4 && !s.code && starts_at(v))
                 {
-                    // Code: AArch64's literal pools, at their alignment (x86
-                    // code's absolute operands are decoded, and its bytes at
-                    // any offset name anything by chance).
-                    let any8 = if s.code { aarch64 && aligned8 } else { true };
-                    if let Some(v) = word(at, 8).filter(|&v| any8 && hits(v)) {
-                        push(at, v);
-                    } else if let Some(v) =
-                        word(at, 4).filter(|&v| aligned4 && !s.code && starts_at(v))
-                    {
-                        push(at, v);
-                    }
+                    push(at, v);
                 }
             }
             if found.len() >= MAX {
