@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::hsa::{agent, CPU_AGENT, INVALID_ARGUMENT, SUCCESS};
-use crate::write;
+use crate::{log_call, write};
 
 const ERROR: u32 = 0x1000;
 
@@ -133,6 +133,29 @@ pub(crate) fn is_real(addr: usize, len: usize) -> bool {
         .iter()
         .any(inside)
         || crate::hsa::loaded_ranges().iter().any(inside)
+}
+
+/// A copy is recorded in `FAKE_CALL_LOG` as `hsa_memory_copy <dst> <size>`
+/// and, for 8 bytes, the value copied; it is made where `dst` is memory
+/// this double handed out (a loaded image's variable, a pool allocation).
+#[no_mangle]
+pub unsafe extern "C" fn hsa_memory_copy(dst: *mut c_void, src: *const c_void, size: usize) -> u32 {
+    if dst.is_null() || src.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let value = if size == 8 {
+        // SAFETY: 8 readable bytes at `src` (hsa.h: `size` bytes).
+        format!(" {:#x}", unsafe { src.cast::<u64>().read_unaligned() })
+    } else {
+        String::new()
+    };
+    log_call(format!("hsa_memory_copy {dst:p} {size}{value}"));
+    if is_real(dst as usize, size) {
+        // SAFETY: `size` bytes of memory this double handed out at `dst`,
+        // `size` readable bytes at `src`.
+        unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), size) };
+    }
+    SUCCESS
 }
 
 #[no_mangle]
