@@ -223,20 +223,7 @@ fn beside_libcudart_registration_reaches_it() {
         return;
     };
     let dir = support::scratch("cudart-beside");
-    let lib = cuda.bin.parent().unwrap().join("lib");
-    // The wheel has libcudart.so.13 only: a link name for `-lcudart`.
-    let names = dir.join("cudart");
-    std::fs::create_dir_all(&names).unwrap();
-    let _ = std::fs::remove_file(names.join("libcudart.so"));
-    std::os::unix::fs::symlink(lib.join("libcudart.so.13"), names.join("libcudart.so")).unwrap();
-    let spy = dir.join("libcuda_spy.so");
-    support::run_ok(
-        Command::new("cc")
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&spy)
-            .arg(support::program("cuda_spy.c"))
-            .arg("-ldl"),
-    );
+    let Beside { lib, names, .. } = beside(&cuda, &dir);
     let build = support::build_dir().display().to_string();
     let source = support::program("cudart_launch.cu");
     let link = |output: &str, ours: &[&str]| {
@@ -284,6 +271,122 @@ fn beside_libcudart_registration_reaches_it() {
         err.contains("device 0 sm_86 loads [0] cuda-nvptx64-nvidia-cuda--sm_80"),
         "{err}"
     );
+}
+
+/// What a program beside libcudart links, made in `dir`.
+struct Beside {
+    /// The wheel's library directory.
+    lib: std::path::PathBuf,
+    /// A directory holding `libcudart.so` (the wheel has `libcudart.so.13`
+    /// only: a link name for `-lcudart`).
+    names: std::path::PathBuf,
+    /// tests/programs/cuda_spy.c built as `libcuda_spy.so`.
+    spy: std::path::PathBuf,
+}
+
+fn beside(cuda: &support::Cuda, dir: &std::path::Path) -> Beside {
+    let lib = cuda.bin.parent().unwrap().join("lib");
+    let names = dir.join("cudart");
+    std::fs::create_dir_all(&names).unwrap();
+    let _ = std::fs::remove_file(names.join("libcudart.so"));
+    std::os::unix::fs::symlink(lib.join("libcudart.so.13"), names.join("libcudart.so")).unwrap();
+    let spy = dir.join("libcuda_spy.so");
+    support::run_ok(
+        Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&spy)
+            .arg(support::program("cuda_spy.c"))
+            .arg("-ldl"),
+    );
+    Beside { lib, names, spy }
+}
+
+/// A wrapper and fat binary a program builds at run time in `malloc`ed
+/// memory (tests/programs/heap_wrapper.c, as a JIT or a framework makes
+/// them) are in no loaded object: this library cannot place them and hands
+/// the registration, the kernel and the unregistration on to libcudart as
+/// they are, with libcudart's handle (the spy between the two sees each
+/// call), and says so under `OFFLOAD_LOADER_INFO` rather than warning.
+#[test]
+fn beside_libcudart_a_heap_wrapper_is_handed_on() {
+    let Some(cuda) = support::cuda() else { return };
+    let Some(_) = support::built("liboffload_test_drivers.so") else {
+        return;
+    };
+    let dir = support::scratch("cudart-heap-wrapper");
+    let Beside { lib, names, spy } = beside(&cuda, &dir);
+    let compiled = dir.join("compiled");
+    support::run_ok(
+        cuda.nvcc_command()
+            .args(["-arch=sm_80", "-cudart", "shared"])
+            .arg(support::program("cudart_launch.cu"))
+            .arg("-o")
+            .arg(&compiled)
+            .arg(format!("-L{}", names.display())),
+    );
+    let fatbin = dir.join("heap.fatbin");
+    support::run_ok(
+        Command::new("objcopy")
+            .args(["-O", "binary", "--only-section=.nv_fatbin"])
+            .arg(&compiled)
+            .arg(&fatbin),
+    );
+    let build = support::build_dir();
+    let exe = dir.join("heap_wrapper");
+    support::run_ok(
+        Command::new("cc")
+            .args(["-DCUDA", "-o"])
+            .arg(&exe)
+            .arg(support::program("heap_wrapper.c"))
+            .arg(format!("-L{}", build.display()))
+            .args(["-loffload_loader", "-Wl,--no-as-needed"])
+            .arg(&spy)
+            .arg(format!("-L{}", names.display()))
+            .arg("-lcudart")
+            .arg(format!(
+                "-Wl,-rpath,{}:{}:{}",
+                build.display(),
+                dir.display(),
+                lib.display()
+            )),
+    );
+    for info in ["1", "0"] {
+        let out = support::run_ok(
+            Command::new(&exe)
+                .arg(&fatbin)
+                .arg("_Z1kPi")
+                .env("OFFLOAD_LOADER_INFO", info),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "registered and unregistered\n"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        let spied: Vec<&str> = err.lines().filter(|l| l.starts_with("spy: ")).collect();
+        assert_eq!(
+            spied,
+            [
+                "spy: fat binary, handle returned",
+                "spy: function _Z1kPi, its handle",
+                "spy: unregister, its handle",
+            ],
+            "{err}"
+        );
+        let ours: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("offload-loader: "))
+            .collect();
+        if info == "1" {
+            assert!(
+                ours.iter()
+                    .any(|l| l.contains("is not in any loaded object")
+                        && l.ends_with("handed to libcudart as it is; not selected here")),
+                "{err}"
+            );
+        } else {
+            assert!(ours.is_empty(), "{err}");
+        }
+    }
 }
 
 /// One truth: on every capability of CUDA's tables (desktop, Tegra, the

@@ -602,6 +602,86 @@ fn beside_libamdhip64_registration_reaches_it() {
     );
 }
 
+/// A wrapper and bundle a program builds at run time in `malloc`ed memory
+/// (tests/programs/heap_wrapper.c, as a JIT or a framework makes them) are
+/// in no loaded object: this library cannot place them, and hands the
+/// registration, the kernel and the unregistration on to libamdhip64 as
+/// they are, with libamdhip64's handle (the spy between the two sees each
+/// call), and says so under `OFFLOAD_LOADER_INFO` rather than warning.
+#[test]
+fn beside_libamdhip64_a_heap_wrapper_is_handed_on() {
+    let Some(e) = loader() else { return };
+    if !Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so").exists() {
+        missing("libamdhip64", "libamdhip64-dev");
+        return;
+    }
+    let dir = scratch("hip-heap-wrapper");
+    let spy = hip_spy(&e, &dir);
+    let compiled =
+        e.build(LinkedProgram::hip(&["gfx90a", "gfx1100"], "hip_launch.hip").without_loader());
+    let bundle = dir.join("heap.bundle");
+    run_ok(
+        Command::new("objcopy")
+            .args(["-O", "binary", "--only-section=.hip_fatbin"])
+            .arg(&compiled)
+            .arg(&bundle),
+    );
+    let exe = dir.join("heap_wrapper");
+    run_ok(
+        Command::new(&e.tc.clang)
+            .args(["-DHIP", "-o"])
+            .arg(&exe)
+            .arg(program("heap_wrapper.c"))
+            .arg(format!("-L{}", e.build_dir.display()))
+            .args(["-loffload_loader", "-Wl,--no-as-needed"])
+            .arg(&spy)
+            .arg("-lamdhip64")
+            .arg(format!(
+                "-Wl,-rpath,{}:{}",
+                e.build_dir.display(),
+                dir.display()
+            )),
+    );
+    for info in ["1", "0"] {
+        let out = run_ok(
+            Command::new(&exe)
+                .arg(&bundle)
+                .arg("_Z1kPi")
+                .env("OFFLOAD_LOADER_INFO", info),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "registered and unregistered\n"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        let spied: Vec<&str> = err.lines().filter(|l| l.starts_with("spy: ")).collect();
+        assert_eq!(
+            spied,
+            [
+                "spy: bundle host-x86_64-unknown-linux-gnu- hipv4-amdgcn-amd-amdhsa--gfx1100 hipv4-amdgcn-amd-amdhsa--gfx90a",
+                "spy: fat binary given, handle returned",
+                "spy: function _Z1kPi, its handle",
+                "spy: unregister, its handle",
+            ],
+            "{err}"
+        );
+        let ours: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("offload-loader: "))
+            .collect();
+        if info == "1" {
+            assert!(
+                ours.iter()
+                    .any(|l| l.contains("is not in any loaded object")
+                        && l.ends_with("handed to libamdhip64 as it is; not selected here")),
+                "{err}"
+            );
+        } else {
+            assert!(ours.is_empty(), "{err}");
+        }
+    }
+}
+
 /// `tests/programs/hip_spy.c` built as `libhip_spy.so` in `dir`.
 fn hip_spy(e: &Loader, dir: &Path) -> PathBuf {
     let spy = dir.join("libhip_spy.so");

@@ -30,7 +30,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use offload_loader::registration::WrapperKind;
 
-use crate::hip::Handle;
+use crate::fatbin::{self, Handle};
 use crate::library::SymbolKind;
 use crate::registry::{self, HandleState};
 use crate::runtime;
@@ -78,9 +78,11 @@ const CUDA_ERROR_MISSING_CONFIGURATION: c_int = 52;
 /// in `.nv_fatbin`). Only the entry selected for a device is ever inflated.
 #[no_mangle]
 pub extern "C" fn __cudaRegisterFatBinary(wrapper: *mut c_void) -> Handle {
-    let handle = crate::hip::register_wrapper(wrapper as usize, Runtime::Cuda, WrapperKind::Cuda);
     // Two atomic loads when no libcudart is there: registration stays cheap.
     crate::vendors();
+    let vendor = REGISTER_FATBIN.found().then_some("libcudart");
+    let handle =
+        fatbin::register_wrapper(wrapper as usize, Runtime::Cuda, WrapperKind::Cuda, vendor);
     if let Some(next) = REGISTER_FATBIN.address() {
         handover::register(wrapper, handle, next);
     }
@@ -137,7 +139,7 @@ pub extern "C" fn __cudaInitModule(handle: Handle) -> c_char {
 /// the caller; nothing else happens.
 #[no_mangle]
 pub extern "C" fn __cudaUnregisterFatBinary(handle: Handle) {
-    crate::hip::unregister_handle(handle, "__cudaUnregisterFatBinary");
+    fatbin::unregister_handle(handle, "__cudaUnregisterFatBinary");
     handover::unregister(handle, &UNREGISTER_FATBIN);
 }
 
@@ -157,27 +159,25 @@ pub extern "C" fn __cudaRegisterFunction(
     warp_size: *mut c_int,
 ) {
     guard((), || {
-        let recorded = crate::hip::add(
+        fatbin::add(
             handle as *const c_void,
             host_fun.cast(),
             device_name,
             device_fun,
             SymbolKind::Kernel,
         );
-        if recorded {
-            let f = handover::Function {
-                host: host_fun.cast(),
-                device: device_fun,
-                name: device_name,
-                thread_limit,
-                tid,
-                bid,
-                block: block_dim,
-                grid: grid_dim,
-                warp_size,
-            };
-            handover::function(&REGISTER_FUNCTION, handle, f);
-        }
+        let f = handover::Function {
+            host: host_fun.cast(),
+            device: device_fun,
+            name: device_name,
+            thread_limit,
+            tid,
+            bid,
+            block: block_dim,
+            grid: grid_dim,
+            warp_size,
+        };
+        handover::function(&REGISTER_FUNCTION, handle, f);
     })
 }
 
@@ -243,10 +243,8 @@ pub extern "C" fn __cudaRegisterManagedVar(
 /// Records variable `v` as `kind`, then hands it on to libcudart's `next`.
 fn register_variable(handle: Handle, v: handover::Variable, kind: SymbolKind, next: &Next) {
     guard((), || {
-        let recorded = crate::hip::add(handle as *const c_void, v.host, v.name, v.device, kind);
-        if recorded {
-            handover::variable(next, handle, v);
-        }
+        fatbin::add(handle as *const c_void, v.host, v.name, v.device, kind);
+        handover::variable(next, handle, v);
     })
 }
 

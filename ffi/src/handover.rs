@@ -7,21 +7,23 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
+use crate::fatbin::Handle;
 use crate::guard;
-use crate::hip::Handle;
 use crate::registry::{self, HandleState};
 use crate::vendor::Next;
 
 /// Hands the fat binary behind `wrapper`, which this library registered as
 /// `handle`, on to `next` (`__hipRegisterFatBinary` or
 /// `__cudaRegisterFatBinary`, `void **(void *)`), and keeps the handle the
-/// vendor returns. Only what this library could register: a wrapper it
-/// could not read would crash libamdhip64 (a null one does).
+/// vendor returns: every wrapper the program registers, this library's own
+/// or one it could not place or read (the vendor's to judge, as without this
+/// library), but a null one, which is no registration and crashes
+/// libamdhip64 (this library says it as a warning).
 #[cold]
 #[inline(never)]
 pub(crate) fn register(wrapper: *const c_void, handle: Handle, next: usize) {
     guard((), || {
-        if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
+        if matches!(registry::handle(handle as usize), HandleState::Unknown) || wrapper.is_null() {
             return;
         }
         // SAFETY: the vendor's `void **__*RegisterFatBinary(void *)`.

@@ -12,16 +12,15 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-use offload_loader::registration::{FatbinWrapper, WrapperKind};
+use offload_loader::registration::WrapperKind;
 
-use crate::error::RegistrationError;
-use crate::library::{Symbol, SymbolKind};
-use crate::objects::{Pin, Pinned};
+use crate::fatbin::{add, register_wrapper, unregister_handle, Handle};
+use crate::library::SymbolKind;
 use crate::process;
 use crate::registry::{self, HandleState};
-use crate::slots::{Fatbin, Runtime};
+use crate::slots::Runtime;
 use crate::vendor::Next;
-use crate::{first_fit, guard, handover, info, runtime, set_last_error};
+use crate::{first_fit, guard, handover, set_last_error};
 
 /// libamdhip64's hooks, where it is in the process after this library.
 static REGISTER_FATBIN: Next = Next::new(c"__hipRegisterFatBinary");
@@ -43,85 +42,21 @@ pub(crate) fn find_vendor() {
     REGISTER_TEXTURE.resolve(__hipRegisterTexture as *const () as usize);
 }
 
-/// The handle clang stores in `__hip_gpubin_handle` and passes back: an
-/// opaque token the registry issued (never dereferenced, by clang or here),
-/// checked against the tokens issued and not yet released.
-pub(crate) type Handle = *mut *mut c_void;
-
 /// Registers the fat binary described by `wrapper` (a `__CudaFatBinaryWrapper`
 /// in `.hipFatBinSegment`: magic `0x48495046`, version 1, pointer to the bundle).
 /// Returns a handle even when the fat binary cannot be registered, as HIP
 /// does: the symbols registered against it then record an error.
 #[no_mangle]
 pub extern "C" fn __hipRegisterFatBinary(wrapper: *const c_void) -> Handle {
-    let handle = register_wrapper(wrapper as usize, Runtime::Hip, WrapperKind::Hip);
     // Two atomic loads when no libamdhip64 is there: registration stays cheap.
     crate::vendors();
+    let vendor = REGISTER_FATBIN.found().then_some("libamdhip64");
+    let handle = register_wrapper(wrapper as usize, Runtime::Hip, WrapperKind::Hip, vendor);
     if let Some(next) = REGISTER_FATBIN.address() {
         let handed = guard(wrapper, || first_fit::wrapper_for(wrapper, handle as usize));
         handover::register(handed, handle, next);
     }
     handle
-}
-
-/// Registers the fat binary behind a `kind` wrapper at `wrapper` for
-/// `runtime` and issues its handle (HIP's and, from [`crate::cuda`], CUDA's).
-pub(crate) fn register_wrapper(wrapper: usize, runtime: Runtime, kind: WrapperKind) -> Handle {
-    guard(std::ptr::null_mut(), || {
-        let fatbin = match locate_fatbin(wrapper, runtime, kind) {
-            Ok(fatbin) => Some(fatbin),
-            Err(e) => {
-                // In a constructor, whose thread may hold the loader's lock
-                // itself: saying it waits on no other thread.
-                info::warn(e.to_string());
-                None
-            }
-        };
-        let (handle, id) = registry::register_fatbin(fatbin, runtime);
-        if let Some(id) = id {
-            runtime::registered(id);
-        }
-        handle as Handle
-    })
-}
-
-/// Checks the wrapper and records where its fat binary is, which is found
-/// and parsed at first use (as HIP defers its fat binaries). The wrapper's
-/// object is pinned for the registration (see [`crate::objects`]): its next
-/// wrapper is checked without a lookup.
-fn locate_fatbin(
-    wrapper: usize,
-    runtime: Runtime,
-    kind: WrapperKind,
-) -> Result<Fatbin, RegistrationError> {
-    let object = Pinned::find(wrapper).ok_or(RegistrationError::NotLoaded {
-        what: "fat binary wrapper",
-        address: wrapper as u64,
-    })?;
-    // SAFETY: the span lies inside a loaded segment of an object pinned by a
-    // live registration, which stays loaded while `object` is held.
-    let bytes = unsafe { process::memory(wrapper..object.segment.end) };
-    // SAFETY: the object is loaded (pinned).
-    let path = || unsafe { object.object.path() }.display().to_string();
-    let info = FatbinWrapper::parse(bytes).map_err(|source| RegistrationError::Malformed {
-        origin: path(),
-        what: format!("fat binary wrapper at {wrapper:#x}"),
-        source: Box::new(source),
-    })?;
-    if info.kind != kind {
-        return Err(RegistrationError::WrongWrapper {
-            origin: path(),
-            address: wrapper as u64,
-            found: info.kind.to_string(),
-            expected: kind.to_string(),
-        });
-    }
-    Ok(Fatbin {
-        runtime,
-        object: object.object.to_raw(),
-        start: info.fatbin as usize,
-        pin: object.keep().map_or(0, Pin::to_raw),
-    })
 }
 
 /// Unregisters the fat binary; what was loaded from it is unloaded by the
@@ -133,66 +68,6 @@ pub extern "C" fn __hipUnregisterFatBinary(handle: Handle) {
     unregister_handle(handle, "__hipUnregisterFatBinary");
     handover::unregister(handle, &UNREGISTER_FATBIN);
     guard((), || first_fit::release(handle as usize));
-}
-
-/// Releases `handle` and unregisters its library, for `caller` (HIP's and,
-/// from [`crate::cuda`], CUDA's unregistration).
-pub(crate) fn unregister_handle(handle: Handle, caller: &str) {
-    guard((), || match registry::release_handle(handle as usize) {
-        Some(Some(id)) => {
-            runtime::unregister(id);
-        }
-        Some(None) => {}
-        None => set_last_error(format!(
-            "{caller}: {handle:p} is not a handle this library issued, or it was already released"
-        )),
-    })
-}
-
-/// Records symbol `dev_name` (else `name`) at host address `host` in the
-/// library behind `handle`; the CUDA ABI's registrations come here too.
-/// Whether it was recorded (else the reason is the last error).
-pub(crate) fn add(
-    handle: *const c_void,
-    host: *const c_void,
-    dev_name: *const c_char,
-    name: *const c_char,
-    kind: SymbolKind,
-) -> bool {
-    let id = match registry::handle(handle as usize) {
-        HandleState::Library(id) => id,
-        HandleState::Failed => {
-            set_last_error("symbol registered against a fat binary that failed to register");
-            return false;
-        }
-        HandleState::Unknown => {
-            set_last_error(format!(
-                "symbol registered against {handle:p}, which is not a live handle of this library"
-            ));
-            return false;
-        }
-    };
-    // Borrowed, not copied: the name is read when a lookup or message needs it.
-    let name = if !dev_name.is_null() { dev_name } else { name };
-    if name.is_null() {
-        set_last_error("symbol registered without a name");
-        return false;
-    }
-    let symbol = Symbol {
-        host: host as usize,
-        name: name as usize,
-        kind,
-    };
-    match registry::add_symbol(id, symbol) {
-        Ok(()) => {
-            runtime::registered(id);
-            true
-        }
-        Err(e) => {
-            set_last_error(e.to_string());
-            false
-        }
-    }
 }
 
 /// Registers kernel `dev_name`, launched from host stub `host_stub`.
@@ -211,27 +86,25 @@ pub extern "C" fn __hipRegisterFunction(
     warp_size: *mut c_int,
 ) -> c_int {
     guard(-1, || {
-        let recorded = add(
+        add(
             handle as *const c_void,
             host_stub,
             dev_name,
             name,
             SymbolKind::Kernel,
         );
-        if recorded {
-            let f = handover::Function {
-                host: host_stub,
-                device: dev_name,
-                name,
-                thread_limit,
-                tid,
-                bid,
-                block: block_dim,
-                grid: grid_dim,
-                warp_size,
-            };
-            handover::function(&REGISTER_FUNCTION, handle, f);
-        }
+        let f = handover::Function {
+            host: host_stub,
+            device: dev_name,
+            name,
+            thread_limit,
+            tid,
+            bid,
+            block: block_dim,
+            grid: grid_dim,
+            warp_size,
+        };
+        handover::function(&REGISTER_FUNCTION, handle, f);
         0
     })
 }
@@ -250,25 +123,23 @@ pub extern "C" fn __hipRegisterVar(
     global: c_int,
 ) {
     guard((), || {
-        let recorded = add(
+        add(
             handle as *const c_void,
             host_var,
             dev_name,
             name,
             SymbolKind::Variable { size: size as u64 },
         );
-        if recorded {
-            let v = handover::Variable {
-                host: host_var,
-                device: dev_name,
-                name,
-                ext,
-                size,
-                constant,
-                global,
-            };
-            handover::variable(&REGISTER_VAR, handle, v);
-        }
+        let v = handover::Variable {
+            host: host_var,
+            device: dev_name,
+            name,
+            ext,
+            size,
+            constant,
+            global,
+        };
+        handover::variable(&REGISTER_VAR, handle, v);
     })
 }
 
@@ -285,49 +156,8 @@ pub extern "C" fn __hipRegisterManagedVar(
     align: c_uint,
 ) {
     guard((), || {
-        // The host reads and writes the variable through `*pointer` (clang
-        // rewrites every host use of `x` to go through the pointer `x`).
-        // clr points it at memory it allocates and fills from `init_value`
-        // (clang's `x.managed`, the variable's initial value); standalone,
-        // with no driver to call from a constructor, it points at
-        // `x.managed` itself: host memory of the program's own, holding the
-        // initial value. `&x` in the program is then `init_value`, which is
-        // what the variable is looked up by. libamdhip64, beside, sets it
-        // again to its own allocation.
-        if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
-            // Reported by `add`, which refuses the handle.
-            add(
-                handle,
-                init_value,
-                std::ptr::null(),
-                name,
-                SymbolKind::Managed { size: size as u64 },
-            );
-            return;
-        }
-        if pointer.is_null() || init_value.is_null() {
-            set_last_error("__hipRegisterManagedVar: a null pointer or initial value");
-            return;
-        }
-        if process::locate(pointer as usize).is_none() {
-            set_last_error(format!(
-                "__hipRegisterManagedVar: the pointer at {pointer:p} is in no loaded object"
-            ));
-            return;
-        }
-        // SAFETY: `pointer` is the address of clang's pointer variable `x`,
-        // a writable global of the registering object (checked to be loaded).
-        unsafe { *pointer = init_value };
-        let recorded = add(
-            handle,
-            init_value,
-            std::ptr::null(),
-            name,
-            SymbolKind::Managed { size: size as u64 },
-        );
-        if let Some((next, theirs)) =
-            handover::handed(&REGISTER_MANAGED_VAR, handle as _).filter(|_| recorded)
-        {
+        record_managed(handle, pointer, init_value, name, size);
+        if let Some((next, theirs)) = handover::handed(&REGISTER_MANAGED_VAR, handle as _) {
             type Hook = unsafe extern "C" fn(
                 *mut c_void,
                 *mut *mut c_void,
@@ -354,6 +184,58 @@ pub extern "C" fn __hipRegisterManagedVar(
     })
 }
 
+/// This library's part of `__hipRegisterManagedVar`: points `*pointer` at
+/// the initial value and records the variable (else the reason is the last
+/// error).
+fn record_managed(
+    handle: *mut c_void,
+    pointer: *mut *mut c_void,
+    init_value: *mut c_void,
+    name: *const c_char,
+    size: usize,
+) {
+    // The host reads and writes the variable through `*pointer` (clang
+    // rewrites every host use of `x` to go through the pointer `x`).
+    // clr points it at memory it allocates and fills from `init_value`
+    // (clang's `x.managed`, the variable's initial value); standalone,
+    // with no driver to call from a constructor, it points at
+    // `x.managed` itself: host memory of the program's own, holding the
+    // initial value. `&x` in the program is then `init_value`, which is
+    // what the variable is looked up by. libamdhip64, beside, sets it
+    // again to its own allocation.
+    if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
+        // Reported by `add`, which refuses the handle.
+        add(
+            handle,
+            init_value,
+            std::ptr::null(),
+            name,
+            SymbolKind::Managed { size: size as u64 },
+        );
+        return;
+    }
+    if pointer.is_null() || init_value.is_null() {
+        set_last_error("__hipRegisterManagedVar: a null pointer or initial value");
+        return;
+    }
+    if process::locate(pointer as usize).is_none() {
+        set_last_error(format!(
+            "__hipRegisterManagedVar: the pointer at {pointer:p} is in no loaded object"
+        ));
+        return;
+    }
+    // SAFETY: `pointer` is the address of clang's pointer variable `x`,
+    // a writable global of the registering object (checked to be loaded).
+    unsafe { *pointer = init_value };
+    add(
+        handle,
+        init_value,
+        std::ptr::null(),
+        name,
+        SymbolKind::Managed { size: size as u64 },
+    );
+}
+
 /// Registers surface reference `dev_name`.
 #[no_mangle]
 pub extern "C" fn __hipRegisterSurface(
@@ -365,16 +247,14 @@ pub extern "C" fn __hipRegisterSurface(
     ext: c_int,
 ) {
     guard((), || {
-        let recorded = add(
+        add(
             handle as *const c_void,
             var,
             dev_name,
             name,
             SymbolKind::Surface,
         );
-        if let Some((next, theirs)) =
-            handover::handed(&REGISTER_SURFACE, handle as _).filter(|_| recorded)
-        {
+        if let Some((next, theirs)) = handover::handed(&REGISTER_SURFACE, handle as _) {
             type Hook =
                 unsafe extern "C" fn(Handle, *mut c_void, *mut c_char, *const c_char, c_int, c_int);
             // SAFETY: libamdhip64's `__hipRegisterSurface`, of this signature.
@@ -398,16 +278,14 @@ pub extern "C" fn __hipRegisterTexture(
     ext: c_int,
 ) {
     guard((), || {
-        let recorded = add(
+        add(
             handle as *const c_void,
             var,
             dev_name,
             name,
             SymbolKind::Texture,
         );
-        if let Some((next, theirs)) =
-            handover::handed(&REGISTER_TEXTURE, handle as _).filter(|_| recorded)
-        {
+        if let Some((next, theirs)) = handover::handed(&REGISTER_TEXTURE, handle as _) {
             type Hook = unsafe extern "C" fn(
                 Handle,
                 *mut c_void,

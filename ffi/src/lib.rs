@@ -26,13 +26,16 @@
 //! library's memory and what a reader may do with it) → `registry` (the
 //! index, under the lock) → `info` (messages), `runtime` (detection, driver
 //! loads and unloads), `vendor` (the vendor runtimes' hooks this library
-//! hands registrations on to), `handover` (HIP's and CUDA's, alike),
-//! `first_fit` (HIP bundles reordered for libamdhip64) → the C entry points
-//! `hip`, `cuda`, `omp`, `query`.
+//! hands registrations on to),
+//! `fatbin` (HIP's and CUDA's registration, alike), `first_fit` (HIP
+//! bundles reordered for libamdhip64) → `handover` (HIP's and CUDA's calls
+//! handed on to the vendor) → the C entry points `hip`, `cuda`, `omp`,
+//! `query`.
 
 mod abi;
 mod cuda;
 mod error;
+mod fatbin;
 mod first_fit;
 mod handover;
 mod hip;
