@@ -9,9 +9,19 @@ mod support;
 use std::process::Command;
 
 fn run(exe: &std::path::Path, devices: &str) -> (String, String, String) {
+    run_with(exe, devices, &[])
+}
+
+/// [`run`] with `extra` set in the environment too.
+fn run_with(
+    exe: &std::path::Path,
+    devices: &str,
+    extra: &[(&str, &str)],
+) -> (String, String, String) {
     let fake = support::built("liboffload_test_drivers.so").unwrap();
     let log = support::temp_file(b"");
     let out = Command::new(exe)
+        .envs(extra.iter().copied())
         .env("OFFLOAD_LOADER_CUDA_LIBRARY", &fake)
         .env("OFFLOAD_LOADER_HSA_LIBRARY", &fake)
         .env("FAKE_HSA_AGENTS", "")
@@ -255,9 +265,9 @@ fn beside_libcudart_registration_reaches_it() {
     assert!(expected.contains("launch rc="), "{expected}");
     let (out, err, _) = run(&spied, "8.6");
     assert_eq!(out, expected, "{err}");
-    let spied: Vec<&str> = err.lines().filter(|l| l.starts_with("spy: ")).collect();
+    let calls: Vec<&str> = err.lines().filter(|l| l.starts_with("spy: ")).collect();
     assert_eq!(
-        spied,
+        calls,
         [
             "spy: fat binary, handle returned",
             "spy: function _Z1kPi, its handle",
@@ -271,6 +281,27 @@ fn beside_libcudart_registration_reaches_it() {
         err.contains("device 0 sm_86 loads [0] cuda-nvptx64-nvidia-cuda--sm_80"),
         "{err}"
     );
+    // libcudart tears the driver down at exit, before this library's exit
+    // handler (installed at registration, earlier than libcudart's at its
+    // first call) runs: INFO still names the device, detected at the
+    // program's first launch, and `OFFLOAD_LOADER_EAGER=1` loads there.
+    let torn = [("SPY_TEAR_DOWN", "launch")];
+    let (out, err, _) = run_with(&spied, "8.6", &torn);
+    assert_eq!(out, expected, "{err}");
+    assert!(
+        err.contains("device 0 sm_86 loads [0] cuda-nvptx64-nvidia-cuda--sm_80"),
+        "{err}"
+    );
+    let eager = [("SPY_TEAR_DOWN", "launch"), ("OFFLOAD_LOADER_EAGER", "1")];
+    let (out, err, log) = run_with(&spied, "8.6", &eager);
+    assert_eq!(out, expected, "{err}");
+    assert!(log.contains("cuda load sm_86"), "{log}\n{err}");
+    // Torn down before the first launch, the driver names nothing: this
+    // library names the result from cuda.h.
+    let early = [("SPY_TEAR_DOWN", "now")];
+    let (out, err, _) = run_with(&spied, "8.6", &early);
+    assert_eq!(out, expected, "{err}");
+    assert!(err.contains("CUDA_ERROR_DEINITIALIZED"), "{err}");
 }
 
 /// What a program beside libcudart links, made in `dir`.

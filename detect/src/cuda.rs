@@ -13,6 +13,7 @@
 //! images on it ([`module`]).
 
 mod module;
+mod results;
 mod sys;
 
 use std::ffi::{c_char, c_int, CStr};
@@ -101,9 +102,12 @@ impl Api {
                 unknown.to_string()
             }
         };
+        // The driver's name, else cuda.h's (a torn-down driver names
+        // nothing), else the number alone.
+        let known = results::name(result).unwrap_or("CUDA_ERROR_UNKNOWN_RESULT");
         DriverStatus::Cuda {
             result,
-            name: text(self.get_error_name, "CUDA_ERROR_UNKNOWN_RESULT"),
+            name: text(self.get_error_name, known),
             message: text(self.get_error_string, ""),
         }
     }

@@ -121,7 +121,9 @@ pub extern "C" fn __cudaInitModule(handle: Handle) -> c_char {
         // module and places the managed variables, with its own handle.
         let init: unsafe extern "C" fn(Handle) -> c_char = unsafe { std::mem::transmute(next) };
         // SAFETY: as the program would have called it.
-        return unsafe { init(theirs) };
+        let loaded = unsafe { init(theirs) };
+        guard((), runtime::vendor_running);
+        return loaded;
     }
     guard(0, || match registry::handle(handle as usize) {
         HandleState::Library(id) => c_char::from(runtime::init_module(id)),
@@ -285,7 +287,9 @@ pub extern "C" fn __cudaPushCallConfiguration(
         let push: unsafe extern "C" fn(Dim3, Dim3, usize, *mut c_void) -> c_uint =
             unsafe { std::mem::transmute(next) };
         // SAFETY: the program's arguments.
-        return unsafe { push(grid, block, shared, stream) };
+        let pushed = unsafe { push(grid, block, shared, stream) };
+        guard((), runtime::vendor_running);
+        return pushed;
     }
     guard(0, || {
         CONFIG.with(|c| {

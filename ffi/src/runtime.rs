@@ -13,7 +13,7 @@
 //! for the loader's lock the constructor holds. At exit ([`at_exit`]) what
 //! no query did is done.
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use offload_detect::{Detection, Device, LoadedImage, Vendors};
@@ -101,7 +101,29 @@ fn needed() -> Vendors {
 pub(crate) fn detection() -> &'static Detection {
     loader_lock::check("device detection");
     info::init();
-    offload_detect::devices_for(needed())
+    let detection = offload_detect::devices_for(needed());
+    if detection.devices.is_empty() && info::enabled() {
+        say_none_found(detection);
+    }
+    detection
+}
+
+/// The last detection that found no device and was said.
+static SAID_NONE: AtomicUsize = AtomicUsize::new(0);
+
+/// Under `OFFLOAD_LOADER_INFO`, says once per detection why it found no
+/// device: each backend's report, with the driver's error by name (by
+/// this library's table where the driver cannot name it).
+fn say_none_found(detection: &'static Detection) {
+    let at = detection as *const Detection as usize;
+    if SAID_NONE.swap(at, Ordering::AcqRel) == at {
+        return;
+    }
+    let reports: Vec<String> = detection.backends.iter().map(|r| r.to_string()).collect();
+    info::say([Message::Info(format!(
+        "no GPU found: {}",
+        reports.join("; ")
+    ))]);
 }
 
 /// The devices of [`detection`].
@@ -134,6 +156,29 @@ fn install_at_exit() {
         // unloaded before exit (`-z nodelete`, see build.rs) or is linked
         // into the program; `atexit` takes no lock of the loader's.
         unsafe { libc::atexit(at_exit) };
+    }
+}
+
+/// Whether [`vendor_running`] has done its work.
+static SEEN_RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// Called beside a vendor runtime by the hooks of its launch path (once
+/// each call was handed on: the program runs, and the vendor is
+/// initialised). Under `OFFLOAD_LOADER_INFO` or `OFFLOAD_LOADER_EAGER`, the
+/// first call detects the devices and loads what `EAGER` asks, as a query
+/// would: at exit it would be too late beside libcudart, whose exit
+/// handler, installed at its first call and so after [`at_exit`], runs
+/// first and tears the driver down (`cuInit` then answers
+/// `CUDA_ERROR_DEINITIALIZED`, and `cuGetErrorName` names nothing). After
+/// the first call, one load.
+#[inline]
+pub(crate) fn vendor_running() {
+    if AT_EXIT.load(Ordering::Relaxed) == AT_EXIT_INSTALLED
+        && !SEEN_RUNNING.load(Ordering::Relaxed)
+        && !SEEN_RUNNING.swap(true, Ordering::AcqRel)
+    {
+        settle();
+        detection();
     }
 }
 

@@ -12,6 +12,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::{env, env_num, find_name, fnv, log_call, log_load, visible, write};
@@ -101,8 +102,41 @@ fn initialised() -> bool {
     *INITIALISED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whether [`fake_cuda_tear_down`] was called.
+static TORN_DOWN: AtomicBool = AtomicBool::new(false);
+
+/// What libcudart's exit handler leaves (seen on an H200 with CUDA 13:
+/// libcudart tears the driver down at exit, before handlers installed
+/// earlier than its first call run): from then on `cuInit` and every device
+/// query answer `CUDA_ERROR_DEINITIALIZED`, and `cuGetErrorName` and
+/// `cuGetErrorString` name nothing. Not a driver symbol: tests/programs/
+/// cuda_spy.c calls it where libcudart would tear down.
+#[no_mangle]
+pub extern "C" fn fake_cuda_tear_down() {
+    TORN_DOWN.store(true, Ordering::Release);
+}
+
+fn torn_down() -> bool {
+    TORN_DOWN.load(Ordering::Acquire)
+}
+
+/// What a call that needs `cuInit` answers before it, or after the driver
+/// was torn down; `None` in between.
+fn unready() -> Option<c_int> {
+    if torn_down() {
+        Some(DEINITIALIZED)
+    } else if !initialised() {
+        Some(NOT_INITIALIZED)
+    } else {
+        None
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn cuInit(_flags: c_uint) -> c_int {
+    if torn_down() {
+        return DEINITIALIZED;
+    }
     match env_num("FAKE_CUDA_INIT") {
         Some(r) if r != 0 => r as c_int,
         _ => {
@@ -124,8 +158,8 @@ pub unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> c_int {
-    if !initialised() {
-        return NOT_INITIALIZED;
+    if let Some(error) = unready() {
+        return error;
     }
     // SAFETY: an out-pointer.
     unsafe { write(n.cast(), ordinals().len() as c_int) };
@@ -134,8 +168,8 @@ pub unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGet(d: *mut c_int, ordinal: c_int) -> c_int {
-    if !initialised() {
-        return NOT_INITIALIZED;
+    if let Some(error) = unready() {
+        return error;
     }
     let Some(physical) = usize::try_from(ordinal)
         .ok()
@@ -233,6 +267,9 @@ fn error_text(r: c_int) -> (&'static CStr, &'static CStr) {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetErrorString(r: c_int, out: *mut *const c_char) -> c_int {
+    if torn_down() {
+        return DEINITIALIZED;
+    }
     // SAFETY: an out-pointer for a static string.
     unsafe { write(out.cast(), error_text(r).1.as_ptr()) };
     SUCCESS
@@ -240,6 +277,9 @@ pub unsafe extern "C" fn cuGetErrorString(r: c_int, out: *mut *const c_char) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetErrorName(r: c_int, out: *mut *const c_char) -> c_int {
+    if torn_down() {
+        return DEINITIALIZED;
+    }
     // SAFETY: an out-pointer for a static string.
     unsafe { write(out.cast(), error_text(r).0.as_ptr()) };
     SUCCESS
