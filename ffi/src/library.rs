@@ -237,6 +237,20 @@ impl Library {
         None
     }
 
+    /// Whether a module loaded from this library is held: dropping the
+    /// last reference then calls a driver to unload it.
+    pub(crate) fn holds_modules(&self) -> bool {
+        let mut p = self.made.load(Ordering::Acquire);
+        // SAFETY: as in `made`.
+        while let Some(node) = unsafe { p.as_ref() } {
+            if node.modules.iter().any(|m| matches!(m.get(), Some(Ok(_)))) {
+                return true;
+            }
+            p = node.next;
+        }
+        false
+    }
+
     /// Publishes `selections` for `detection`, unless another thread did
     /// first: the record to use, and whether it is this call's.
     pub(crate) fn publish(

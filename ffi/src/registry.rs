@@ -84,10 +84,11 @@ struct SymbolRef {
 /// reused, and issued without this lock.
 #[derive(Default)]
 pub(crate) struct Registry {
-    /// By id: the library records made so far (a fat binary's at first use).
-    libraries: Vec<Option<Arc<Library>>>,
-    /// The symbols of each library, by id.
-    symbols: Vec<Vec<Symbol>>,
+    /// By id: the library records made so far (a fat binary's at first
+    /// use), removed at unregistration.
+    libraries: FastMap<usize, Arc<Library>>,
+    /// The symbols of each registered library that has any, by id.
+    symbols: FastMap<usize, Vec<Symbol>>,
     kernels: FastMap<usize, SymbolRef>,
     variables: FastMap<usize, SymbolRef>,
     /// Kernels by name: built at the first lookup by name, kept up to date after.
@@ -111,14 +112,6 @@ pub(crate) struct Registry {
     pub requires: i64,
 }
 
-/// `v[at] = value`, growing `v` as needed.
-fn set<T: Default>(v: &mut Vec<T>, at: usize, value: T) {
-    if v.len() <= at {
-        v.resize_with(at + 1, T::default);
-    }
-    v[at] = value;
-}
-
 /// Whether slot `id` is a registered library.
 fn is_live(id: usize) -> bool {
     slots::get(id).is_some_and(|s| matches!(s.state(), State::Fatbin | State::Descriptor))
@@ -127,7 +120,7 @@ fn is_live(id: usize) -> bool {
 fn after_fork(registry: &mut Option<Registry>) {
     // The threads that were reading libraries do not exist in the child.
     if let Some(r) = registry {
-        for l in r.libraries.iter().flatten() {
+        for l in r.libraries.values() {
             l.forget_readers();
         }
     }
@@ -151,7 +144,7 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
 pub(crate) fn register(runtime: Runtime, origin: Origin, source: Images) -> usize {
     let id = slots::push(State::Descriptor, None);
     let library = Arc::new(Library::new(id, origin, source, runtime));
-    with(|r| set(&mut r.libraries, id, Some(library)));
+    with(|r| r.libraries.insert(id, library));
     id
 }
 
@@ -228,7 +221,7 @@ pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
     let slot = slots::get(id)?;
     // The record, or (`Err`) the fat binary whose segment needs a walk.
     let made = with(|r| {
-        if let Some(Some(library)) = r.libraries.get(id) {
+        if let Some(library) = r.libraries.get(&id) {
             return Some(Ok(library.clone()));
         }
         // A descriptor's record is made at registration: none is gone.
@@ -247,7 +240,7 @@ pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
             return Some(Err(fatbin));
         }
         let library = Arc::new(library);
-        set(&mut r.libraries, id, Some(library.clone()));
+        r.libraries.insert(id, library.clone());
         Some(Ok(library))
     })?;
     let fatbin = match made {
@@ -256,14 +249,14 @@ pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
     };
     let made = Arc::new(Library::from_slot(id, fatbin, process::locate_by_walk));
     with(|r| {
-        if let Some(Some(library)) = r.libraries.get(id) {
+        if let Some(library) = r.libraries.get(&id) {
             return Some(library.clone());
         }
         // Unregistration releases the slot before it takes the lock to
         // remove the record: a record inserted while the slot is live is
         // one it will find and revoke.
         (slot.state() == State::Fatbin).then(|| {
-            set(&mut r.libraries, id, Some(made.clone()));
+            r.libraries.insert(id, made.clone());
             made
         })
     })
@@ -271,12 +264,12 @@ pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
 
 /// Number of symbols of library `id`, if registered.
 pub(crate) fn symbol_count(id: usize) -> Option<usize> {
-    with(|r| is_live(id).then(|| r.symbols.get(id).map_or(0, Vec::len)))
+    with(|r| is_live(id).then(|| r.symbols.get(&id).map_or(0, Vec::len)))
 }
 
 /// The symbols of library `id`, if registered.
 pub(crate) fn symbols(id: usize) -> Vec<Symbol> {
-    with(|r| r.symbols.get(id).cloned().unwrap_or_default())
+    with(|r| r.symbols.get(&id).cloned().unwrap_or_default())
 }
 
 /// Adds a symbol to library `id`.
@@ -285,14 +278,12 @@ pub(crate) fn add_symbol(id: usize, symbol: Symbol) -> Result<(), crate::error::
         if !is_live(id) {
             return Err(crate::error::Error::NoLibrary(id as i64));
         }
-        if r.symbols.len() <= id {
-            r.symbols.resize_with(id + 1, Vec::new);
-        }
+        let symbols = r.symbols.entry(id).or_default();
         let at = SymbolRef {
             library: id,
-            index: r.symbols[id].len(),
+            index: symbols.len(),
         };
-        r.symbols[id].push(symbol);
+        symbols.push(symbol);
         let map = match symbol.kind {
             SymbolKind::Kernel => {
                 if let Some(names) = &mut r.kernel_names {
@@ -320,7 +311,7 @@ pub(crate) fn unregister(id: usize) -> (bool, Option<Arc<Library>>) {
         return (false, None);
     }
     let library = with(|r| {
-        if let Some(symbols) = r.symbols.get_mut(id).map(std::mem::take) {
+        if let Some(symbols) = r.symbols.remove(&id) {
             for (index, s) in symbols.iter().enumerate() {
                 let at = SymbolRef { library: id, index };
                 let map = if s.kind == SymbolKind::Kernel {
@@ -338,7 +329,7 @@ pub(crate) fn unregister(id: usize) -> (bool, Option<Arc<Library>>) {
                 }
             }
         }
-        r.libraries.get_mut(id).and_then(Option::take)
+        r.libraries.remove(&id)
     });
     (true, library)
 }
@@ -348,7 +339,7 @@ pub(crate) type Found = (usize, Symbol);
 
 fn found(r: &Registry, at: Option<SymbolRef>) -> Option<Found> {
     let at = at?;
-    let symbol = *r.symbols.get(at.library)?.get(at.index)?;
+    let symbol = *r.symbols.get(&at.library)?.get(at.index)?;
     Some((at.library, symbol))
 }
 
@@ -367,7 +358,10 @@ pub(crate) fn kernel_by_name(name: &CStr) -> Option<Found> {
     with(|r| {
         if r.kernel_names.is_none() {
             let mut names = FastMap::default();
-            for (id, symbols) in r.symbols.iter().enumerate() {
+            // In id order: the first registration of a name wins.
+            let mut ids: Vec<usize> = r.symbols.keys().copied().collect();
+            ids.sort_unstable();
+            for (id, symbols) in ids.iter().map(|id| (*id, &r.symbols[id])) {
                 for (index, s) in symbols.iter().enumerate() {
                     if s.kind == SymbolKind::Kernel {
                         names

@@ -36,8 +36,15 @@ static EAGER: Stack<usize> = Stack::new();
 /// Unregistered libraries whose modules the next query unloads.
 static RETIRED: Stack<Arc<Library>> = Stack::new();
 /// Under `OFFLOAD_LOADER_INFO`: libraries unregistered before any device
-/// was known, copied out to be reported at exit ([`at_exit`]).
+/// was known, copied out to be reported at exit ([`at_exit`]), the first
+/// [`UNREPORTED_KEPT`] of them.
 static UNREPORTED: Stack<Snapshot> = Stack::new();
+/// How many libraries were unregistered before any device was known.
+static UNREPORTED_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// How many of them are copied for the report at exit: a program that
+/// `dlopen`s and `dlclose`s a library 100,000 times keeps a bounded
+/// memory under `OFFLOAD_LOADER_INFO` too; the others are counted.
+const UNREPORTED_KEPT: usize = 64;
 /// Whether [`at_exit`] is installed: not decided yet, not wanted, installed.
 static AT_EXIT: AtomicU8 = AtomicU8::new(AT_EXIT_UNDECIDED);
 const AT_EXIT_UNDECIDED: u8 = 0;
@@ -213,6 +220,15 @@ extern "C" fn at_exit() {
         for snapshot in unreported {
             let selections = snapshot.select_all(&detection.devices);
             info::say(snapshot.report(&detection.devices, &selections, info::enabled()));
+        }
+        let uncopied = UNREPORTED_COUNT
+            .load(Ordering::Relaxed)
+            .saturating_sub(UNREPORTED_KEPT);
+        if uncopied > 0 {
+            info::say([Message::Info(format!(
+                "{uncopied} more libraries were unregistered before any device was known; \
+                 the first {UNREPORTED_KEPT} are reported above"
+            ))]);
         }
     });
 }
@@ -650,11 +666,7 @@ pub(crate) fn unregister(id: usize) -> bool {
                 }
                 // Reported at exit, from a copy (this thread may hold the
                 // loader's lock: no detection here).
-                None => {
-                    if let Some(reading) = library.enter() {
-                        UNREPORTED.push(reading.snapshot());
-                    }
-                }
+                None => keep_unreported(&library),
             }
             info::say([Message::Info(format!(
                 "library {id} ({}): unregistered",
@@ -670,8 +682,25 @@ pub(crate) fn unregister(id: usize) -> bool {
     true
 }
 
-/// Hands an unregistered library to the next query, which unloads its
-/// modules when it drops the last reference.
+/// Copies `library`, unregistered before any device was known, for the
+/// report at exit, unless [`UNREPORTED_KEPT`] were copied already.
+fn keep_unreported(library: &Library) {
+    if UNREPORTED_COUNT.fetch_add(1, Ordering::Relaxed) < UNREPORTED_KEPT {
+        if let Some(reading) = library.enter() {
+            UNREPORTED.push(reading.snapshot());
+        }
+    }
+}
+
+/// Hands an unregistered library that holds loaded modules to the next
+/// query, which unloads them when it drops the last reference; one that
+/// holds none is freed now (freeing memory calls no driver), so that a
+/// program that never queries, as one beside a vendor runtime, does not
+/// grow with every `dlopen`/`dlclose`. A module loaded after the check, by
+/// a thread that read the image before [`Library::revoke`], is that
+/// thread's to unload: it holds a reference until it is done.
 fn retire(library: Arc<Library>) {
-    RETIRED.push(library);
+    if library.holds_modules() {
+        RETIRED.push(library);
+    }
 }
