@@ -96,7 +96,8 @@ fn nvcc_program_registers_selects_and_resolves() {
     }
 }
 
-/// The `-rdc` recipe of the README: objects compiled with `-rdc=true
+/// The `-rdc` recipe of the README, run as it is written there: objects
+/// compiled with `-rdc=true
 /// -cudart none`, device-linked by `nvcc -dlink` *without* `-cudart none`
 /// (which would imply `-nodlink`), and linked with `liboffload_loader`: the
 /// device-link stub needs only `__cudaRegisterFatBinary`, its `End`,
@@ -111,9 +112,10 @@ fn rdc_programs_link_and_resolve_across_translation_units() {
     ) else {
         return;
     };
-    let Some(gxx) = support::system_tool("g++", "g++") else {
+    // The recipe runs `g++` from `PATH`.
+    if support::system_tool("g++", "g++").is_none() {
         return;
-    };
+    }
     let dir = support::temp_dir();
     let include = support::workspace().join("ffi/include");
     std::fs::write(
@@ -132,38 +134,44 @@ fn rdc_programs_link_and_resolve_across_translation_units() {
          __global__ void use(int *x) { *x = shared_value; }\n",
     )
     .unwrap();
-    let nvcc = |args: &[&str]| {
-        let out = cuda
-            .nvcc_command()
-            .current_dir(&*dir)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "nvcc {args:?}: {out:?}");
-    };
-    let inc = format!("-I{}", include.display());
-    nvcc(&[
-        "-rdc=true",
-        "-cudart",
-        "none",
-        "-arch=sm_80",
-        &inc,
-        "-c",
-        "a.cu",
-        "b.cu",
-    ]);
-    nvcc(&["-dlink", "-arch=sm_80", "a.o", "b.o", "-o", "dlink.o"]);
-    let libdir = lib.parent().unwrap().display().to_string();
-    let out = Command::new(gxx)
+    // The README's recipe, as it is written there, run from a directory
+    // laid out as the repository root: `ffi/include`, and the library
+    // built by cargo in `target/release`.
+    let readme = std::fs::read_to_string(support::workspace().join("README.md")).unwrap();
+    let recipe = readme
+        .split("<!-- rdc-recipe -->")
+        .nth(1)
+        .and_then(|rest| rest.split("```sh\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("README: the -rdc recipe");
+    let recipe: String = recipe.lines().map(|l| format!("{}\n", l.trim())).collect();
+    std::fs::create_dir_all(dir.join("ffi")).unwrap();
+    std::os::unix::fs::symlink(&include, dir.join("ffi/include")).unwrap();
+    std::fs::create_dir_all(dir.join("target/release")).unwrap();
+    std::os::unix::fs::symlink(&lib, dir.join("target/release/liboffload_loader.so")).unwrap();
+    let path = format!(
+        "{}:{}:{}",
+        cuda.nvcc.parent().unwrap().display(),
+        cuda.bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let fake = support::built("liboffload_test_drivers.so").unwrap();
+    let out = Command::new("bash")
         .current_dir(&*dir)
-        .args(["a.o", "b.o", "dlink.o", "-o", "rdc"])
-        .arg(format!("-L{libdir}"))
-        .arg("-loffload_loader")
-        .arg(format!("-Wl,-rpath,{libdir}"))
+        .args(["-e", "-c", &recipe])
+        .env("PATH", path)
+        .env("OFFLOAD_LOADER_CUDA_LIBRARY", &fake)
+        .env("OFFLOAD_LOADER_HSA_LIBRARY", &fake)
+        .env("FAKE_HSA_AGENTS", "")
+        .env("FAKE_CUDA_DEVICES", "8.0")
         .output()
         .unwrap();
-    assert!(out.status.success(), "link: {out:?}");
-    let (stdout, stderr, log) = run(&dir.join("rdc"), "8.0");
+    assert!(out.status.success(), "the README's -rdc recipe: {out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "kernel use: resolved\n"
+    );
+    let (stdout, stderr, log) = run(&dir.join("app"), "8.0");
     assert!(
         stdout.contains("kernel use: resolved"),
         "{stdout}\n{stderr}"
