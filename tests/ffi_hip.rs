@@ -358,24 +358,15 @@ fn libraries_register_from_several_threads_at_once() {
     }
 }
 
-/// A code object whose own header contradicts its bundle entry ID (the
-/// gfx1100 entry patched to say gfx1101, as a mislabelled build would):
-/// the probe and the runtime both read the chosen image's header, reject it
-/// with the same reason and take the same next-best image.
-#[test]
-fn probe_and_runtime_agree_when_a_header_contradicts_its_bundle_id() {
+/// A copy of `exe` in `dir` whose `gfx1100` bundle entry holds a code
+/// object whose header says gfx1101 (`e_flags`' processor patched).
+fn mislabelled(exe: &Path, dir: &Path) -> PathBuf {
     use offload_loader_workspace::loader::{Limits, MappedFile};
 
-    let Some(e) = loader() else { return };
-    let Some(probe) = built("offload-probe") else {
-        return;
-    };
-    let dir = scratch("hip-mislabelled");
-    let exe = e.build(LinkedProgram::hip(&["gfx1100", "gfx11-generic"], "app.hip"));
-    let mut bytes = std::fs::read(&exe).unwrap();
+    let mut bytes = std::fs::read(exe).unwrap();
     // Where the gfx1100 code object lies in the file.
     let at = {
-        let file = MappedFile::open(&exe).unwrap();
+        let file = MappedFile::open(exe).unwrap();
         let sections = file.containers(&Limits::default()).unwrap();
         let c = sections[0].containers[0].as_ref().unwrap();
         let image = c
@@ -390,13 +381,32 @@ fn probe_and_runtime_agree_when_a_header_contradicts_its_bundle_id() {
     assert_eq!(flags & 0xff, 0x41, "EF_AMDGPU_MACH_AMDGCN_GFX1100");
     // EF_AMDGPU_MACH_AMDGCN_GFX1101 = 0x46 (llvm/BinaryFormat/ELF.h).
     bytes[at + 48..at + 52].copy_from_slice(&((flags & !0xff) | 0x46).to_le_bytes());
-    let patched = dir.join("app-mislabelled");
+    let patched = dir.join(format!(
+        "{}-mislabelled",
+        exe.file_name().unwrap().to_str().unwrap()
+    ));
     std::fs::write(&patched, &bytes).unwrap();
     std::fs::set_permissions(
         &patched,
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
+    patched
+}
+
+/// A code object whose own header contradicts its bundle entry ID (the
+/// gfx1100 entry patched to say gfx1101, as a mislabelled build would):
+/// the probe and the runtime both read the chosen image's header, reject it
+/// with the same reason and take the same next-best image.
+#[test]
+fn probe_and_runtime_agree_when_a_header_contradicts_its_bundle_id() {
+    let Some(e) = loader() else { return };
+    let Some(probe) = built("offload-probe") else {
+        return;
+    };
+    let dir = scratch("hip-mislabelled");
+    let exe = e.build(LinkedProgram::hip(&["gfx1100", "gfx11-generic"], "app.hip"));
+    let patched = mislabelled(&exe, &dir);
 
     let device = "gfx1100";
     // The probe: which image, and why not the mislabelled one.
@@ -755,6 +765,30 @@ fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
     }
     let (_, table) = spied(program.compress());
     assert_eq!(table, "spy: not an uncompressed bundle");
+    // A gfx1100 entry whose code object says gfx1101 is never handed first:
+    // libamdhip64 compares entry IDs only, and would give a gfx1100 device
+    // code this library rejects (the generic code is its choice). Without
+    // the mislabelling the same table is handed gfx1100 first.
+    let pair = LinkedProgram::hip(&["gfx1100", "gfx11-generic"], "hip_launch.hip");
+    let (exe, table) = spied(pair.clone());
+    assert_eq!(
+        table,
+        format!(
+            "spy: bundle host-x86_64-unknown-linux-gnu- {} {}",
+            gpus[1], gpus[0]
+        )
+    );
+    let patched = mislabelled(&exe, &dir);
+    let out = run_ok(Command::new(&patched).env("SPY_BUNDLE", &saved));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        line(&err, "spy: "),
+        format!(
+            "spy: bundle host-x86_64-unknown-linux-gnu- {} {}",
+            gpus[0], gpus[1]
+        )
+    );
 }
 
 /// A `__managed__` variable, standalone (no libamdhip64 linked), from

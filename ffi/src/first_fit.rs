@@ -4,8 +4,10 @@
 //! specific processor before a generic one).
 //!
 //! Where the table's own order would not give this library's choice on some
-//! device ([`offload_loader::first_fit_order`]: `gfx11-generic` before
-//! `gfx1100`, `gfx90a` "any" before `gfx90a:xnack+`), libamdhip64 is handed
+//! device ([`offload_loader::first_fit_order_checked`]: `gfx11-generic`
+//! before `gfx1100`, `gfx90a` "any" before `gfx90a:xnack+`, or a `gfx1100`
+//! entry whose code object's header says it is for another processor, which
+//! clr would hand a gfx1100 by its ID), libamdhip64 is handed
 //! a copy of the program's wrapper pointing to a copy of the bundle whose
 //! entries are in that order. The copy lives until the fat binary is
 //! unregistered. A table whose order already gives the choice is handed on
@@ -13,7 +15,9 @@
 //!
 //! Cost: reading the table, and deciding once per distinct list of entry
 //! IDs (a library repeats one list in every bundle; deciding parses each
-//! target ID, some microseconds). A compressed bundle (`CCOB`) is handed on
+//! target ID, some microseconds), but for a table where one entry would be
+//! taken over another on some device (`gfx1100` and `gfx11-generic`): the
+//! header of that entry's code object is read each time, its first page. A compressed bundle (`CCOB`) is handed on
 //! as it is: reading its table would inflate the start of every one at
 //! registration (90 µs each with zstd), and the runtimes that read
 //! compressed bundles (clr with comgr, ROCm 6.2 on) look for a specific
@@ -78,8 +82,13 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Vec<u64>> {
         return None;
     }
     let container = Container::parse(data, &limits).ok()?;
-    let Some(order) = offload_loader::first_fit_order(container.images()) else {
-        AGREEING.store(ids, Ordering::Relaxed);
+    // Where a header can change the order, it is read each time: the
+    // table's IDs alone do not decide.
+    let by_ids = offload_loader::first_fit_contested(container.images()).is_empty();
+    let Some(order) = offload_loader::first_fit_order_checked(&container) else {
+        if by_ids {
+            AGREEING.store(ids, Ordering::Relaxed);
+        }
         return None;
     };
     let bundle = write::reordered(&bundle, &order)?;

@@ -64,5 +64,6 @@ pub use error::{Error, ErrorKind, Result};
 pub use image::{CodeKind, Content, Image};
 pub use limits::Limits;
 pub use select::{
-    first_fit_order, preference, select, DeviceTarget, ImageSource, Policy, Rejection, Selection,
+    first_fit_contested, first_fit_order, first_fit_order_checked, preference, select,
+    DeviceTarget, ImageSource, Policy, Rejection, Selection,
 };

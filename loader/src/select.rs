@@ -567,6 +567,42 @@ pub fn first_fit_order(images: &[Image]) -> Option<Vec<usize>> {
     )
 }
 
+/// The images whose own header can change [`first_fit_order`]: those some
+/// device would take over another image it can run too ([`meet`]), whose
+/// header is not read yet. A first-fit runtime that compares container IDs
+/// only (clr's `extractCodeObjectFromFatBinary` compares bundle entry IDs)
+/// would hand such an image to that device even where its header says it
+/// is for another processor; read, the header ranks it last (see
+/// [`first_fit_order_checked`]). Empty for a table whose images never meet
+/// on one device, as clang's bundles of distinct processors.
+pub fn first_fit_contested(images: &[Image]) -> Vec<usize> {
+    let fits: Vec<Fit> = images.iter().map(static_fit).collect();
+    (0..images.len())
+        .filter(|&i| {
+            images[i].content.is_none()
+                && (0..images.len())
+                    .any(|j| j != i && fits[i] > fits[j] && meet(&images[i], &images[j]))
+        })
+        .collect()
+}
+
+/// [`first_fit_order`] over `source`, with the headers of its
+/// [`first_fit_contested`] images read first: an image whose header
+/// contradicts its container's claim is never handed first to a device
+/// that has another image it can run.
+pub fn first_fit_order_checked<S: ImageSource + ?Sized>(source: &S) -> Option<Vec<usize>> {
+    let images = source.images();
+    let contested = first_fit_contested(images);
+    if contested.is_empty() {
+        return first_fit_order(images);
+    }
+    let mut read = images.to_vec();
+    for i in contested {
+        read[i].content = source.read_content(i);
+    }
+    first_fit_order(&read)
+}
+
 /// Whether taking the first compatible image in table order gives
 /// [`select`]'s choice on every device whose feature settings are known.
 /// It does unless some image comes before one [`preference`] puts first
@@ -583,8 +619,18 @@ pub fn first_fit_agrees(images: &[Image]) -> bool {
     })
 }
 
-/// Whether some device with known settings can run both `a` and `b`.
+/// Whether some device with known settings can run both `a` and `b` by
+/// their containers' claims (what a first-fit runtime that reads no header
+/// goes by).
 fn meet(a: &Image, b: &Image) -> bool {
+    let claim = |image: &Image| -> Option<Image> {
+        image.content.is_some().then(|| Image {
+            content: None,
+            ..image.clone()
+        })
+    };
+    let (a_claim, b_claim) = (claim(a), claim(b));
+    let (a, b) = (a_claim.as_ref().unwrap_or(a), b_claim.as_ref().unwrap_or(b));
     let (x, y) = match (&a.arch, &b.arch) {
         (Arch::Amdgpu(x), Arch::Amdgpu(y)) => (x, y),
         (Arch::Nvptx(_), Arch::Nvptx(_)) => return true,
@@ -623,6 +669,16 @@ fn known_settings(processor: &'static Processor) -> impl Iterator<Item = DeviceT
 /// The [`Fit`] `image` has on any device it is compatible with and whose
 /// feature settings are all known: what it is, not where it runs.
 fn static_fit(image: &Image) -> Fit {
+    // An image whose header contradicts its container's claim is rejected
+    // by `check` on every device.
+    if image
+        .content
+        .as_ref()
+        .and_then(|c| c.arch.as_ref())
+        .is_some_and(|actual| contradicts(&image.arch, actual))
+    {
+        return NEVER_FIT;
+    }
     let code = image.content.as_ref().map(|c| c.code);
     match &image.arch {
         Arch::Amdgpu(id) => Fit {
@@ -647,16 +703,19 @@ fn static_fit(image: &Image) -> Fit {
             },
         },
         // Never compatible: their place does not matter.
-        _ => Fit {
-            native: false,
-            specific: false,
-            certain: false,
-            exact_features: 0,
-            capability: (0, 0),
-            variant: 0,
-        },
+        _ => NEVER_FIT,
     }
 }
+
+/// The fit of an image no device runs: last in every order.
+const NEVER_FIT: Fit = Fit {
+    native: false,
+    specific: false,
+    certain: false,
+    exact_features: 0,
+    capability: (0, 0),
+    variant: 0,
+};
 
 /// Ranks `images` for `device`, with `read[i]` the header content read for
 /// image `i` where the image records none.
@@ -1628,6 +1687,26 @@ mod tests {
             "hipv4-amdgcn-amd-amdhsa--gfx1100",
         ]);
         assert_eq!(first_fit_order(&family), Some(vec![1, 0]));
+        // A processor's code whose header says it is another processor's is
+        // never handed first where its family's generic code is there: the
+        // table is reordered, the mislabelled code last.
+        let mut mislabelled = images(&[
+            "hipv4-amdgcn-amd-amdhsa--gfx1100",
+            "hipv4-amdgcn-amd-amdhsa--gfx11-generic",
+            "hipv4-amdgcn-amd-amdhsa--gfx90a",
+        ]);
+        assert_eq!(first_fit_order(&mislabelled), None);
+        assert_eq!(first_fit_contested(&mislabelled), [0]);
+        let header = |processor: &str| Content {
+            code: CodeKind::AmdgpuElf,
+            arch: Some(Arch::Amdgpu(TargetId::parse(processor).unwrap())),
+            generic_version: None,
+            ptx_version: None,
+        };
+        mislabelled[0].content = Some(header("gfx1101"));
+        assert_eq!(first_fit_order(&mislabelled), Some(vec![2, 1, 0]));
+        mislabelled[0].content = Some(header("gfx1100"));
+        assert_eq!(first_fit_order(&mislabelled), None);
         for device in devices() {
             let chosen = select(&device, &set[..], &Policy::default()).chosen;
             let first = order
