@@ -286,7 +286,7 @@ fn beside_libcudart_registration_reaches_it() {
         "{err}"
     );
     assert!(
-        err.contains("device 0 sm_86 loads [0] cuda-nvptx64-nvidia-cuda--sm_80"),
+        err.contains("CUDA device 0 (sm_86) loads [0] cuda-nvptx64-nvidia-cuda--sm_80"),
         "{err}"
     );
     // libcudart tears the driver down at exit, before this library's exit
@@ -297,7 +297,7 @@ fn beside_libcudart_registration_reaches_it() {
     let (out, err, _) = run_with(&spied, "8.6", &torn);
     assert_eq!(out, expected, "{err}");
     assert!(
-        err.contains("device 0 sm_86 loads [0] cuda-nvptx64-nvidia-cuda--sm_80"),
+        err.contains("CUDA device 0 (sm_86) loads [0] cuda-nvptx64-nvidia-cuda--sm_80"),
         "{err}"
     );
     let eager = [("SPY_TEAR_DOWN", "launch"), ("OFFLOAD_LOADER_EAGER", "1")];

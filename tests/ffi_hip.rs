@@ -71,7 +71,7 @@ fn executable_registers_selects_and_resolves_on_each_device() {
         assert!(loads[0].starts_with("hsa load gfx90a:sramecc+:xnack- "));
         assert!(loads[1].starts_with("hsa load gfx1103 "));
         // OFFLOAD_LOADER_INFO: one line per device, with why the others lost.
-        assert!(out.contains("device 0 gfx90a:sramecc+:xnack- loads [4] hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-; not [1] gfx11-generic: gfx11-generic code does not run on gfx90a, which is not in that family; [2] gfx1100: it is built for gfx1100, the device is gfx90a; [3] gfx90a:xnack+: it needs xnack+ but the device is xnack-"), "{out}");
+        assert!(out.contains("HIP device 0 (gfx90a:sramecc+:xnack-) loads [4] hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-; not [1] gfx11-generic: gfx11-generic code does not run on gfx90a, which is not in that family; [2] gfx1100: it is built for gfx1100, the device is gfx90a; [3] gfx90a:xnack+: it needs xnack+ but the device is xnack-"), "{out}");
         assert!(out.contains("unregistered"), "{out}");
     }
 }
@@ -171,7 +171,7 @@ fn shared_library_linked_and_dlopened() {
         "gfx1103 has no image in main: {out}"
     );
     assert!(
-        out.contains("no binary for GPU: device 1 (gfx1103) has no compatible image"),
+        out.contains("no binary for GPU: HIP device 1 (gfx1103) has no compatible image"),
         "{out}"
     );
 }
@@ -209,10 +209,15 @@ fn never_aborts_the_host() {
     );
     assert!(out.contains("devices=0 libraries=1"), "{out}");
     assert!(!out.contains("panicked"), "{out}");
-    // A device with no compatible image: HIP's "no binary for GPU", clearly.
+    // A device with no compatible image: HIP's "no binary for GPU", clearly,
+    // and what HIP then does.
     let out = run_fake(&e, &exe, &[], &log, &[("FAKE_HSA_AGENTS", "gfx1030")]);
     assert!(
-        out.contains("no binary for GPU: device 0 (gfx1030) has no compatible image"),
+        out.contains("no binary for GPU: HIP device 0 (gfx1030) has no compatible image"),
+        "{out}"
+    );
+    assert!(
+        out.contains("(hipErrorNoBinaryForGpu at start-up)"),
         "{out}"
     );
     assert!(out.contains("app device=gfx1030 selected=-2"), "{out}");
@@ -506,7 +511,7 @@ fn hostile_calls_are_errors_not_crashes() {
             .position(|l| l.starts_with("offload-loader: library 0 (") && l.contains(suffix))
     };
     let selected = line(
-        "): device 0 gfx90a:sramecc+:xnack- loads [4] hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-;",
+        "): HIP device 0 (gfx90a:sramecc+:xnack-) loads [4] hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-;",
     );
     let unregistered = line("): unregistered");
     assert!(selected.is_some() && selected < unregistered, "{out}");
@@ -552,11 +557,13 @@ fn a_program_that_never_queries_is_reported_at_exit() {
     let out = output_text(&mut e.fake_driver(&exe, "gfx90a:sramecc+:xnack-;gfx1100", &log));
     assert!(out.contains("quiet"), "{out}");
     assert!(
-        out.contains("device 0 gfx90a:sramecc+:xnack- loads [2] hipv4-amdgcn-amd-amdhsa--gfx90a;"),
+        out.contains(
+            "HIP device 0 (gfx90a:sramecc+:xnack-) loads [2] hipv4-amdgcn-amd-amdhsa--gfx90a;"
+        ),
         "{out}"
     );
     assert!(
-        out.contains("device 1 gfx1100 loads [1] hipv4-amdgcn-amd-amdhsa--gfx1100;"),
+        out.contains("HIP device 1 (gfx1100) loads [1] hipv4-amdgcn-amd-amdhsa--gfx1100;"),
         "{out}"
     );
     // Nothing was loaded: no query asked for a kernel.

@@ -243,10 +243,10 @@ fn beside_libomptarget_programs_run_as_without_the_library() {
     // program never asks this library anything (said at exit).
     let err = String::from_utf8_lossy(&out.stderr);
     for (device, image) in [
-        ("0 gfx90a:sramecc+:xnack-", "gfx90a"),
-        ("1 gfx1100", "gfx1100"),
+        ("0 (gfx90a:sramecc+:xnack-)", "gfx90a"),
+        ("1 (gfx1100)", "gfx1100"),
     ] {
-        let said = format!("device {device} loads [");
+        let said = format!("OpenMP device {device} loads [");
         let line = err
             .lines()
             .find(|l| l.contains(&said))
@@ -321,6 +321,68 @@ fn libomptarget_is_handed_images_in_preference_order() {
         line(&err, "vendor: unregister"),
         format!("vendor: unregister 4 images, first {}", flags[0])
     );
+}
+
+/// INFO numbers devices as libomptarget does and says what it does with a
+/// device no image runs on. Agents gfx1030 and gfx90a, images for gfx90a
+/// only: libomptarget makes the gfx90a its device 0 (the only one:
+/// `omp_get_num_devices` is 1, and the plugin loads the image there, as the
+/// double records) and skips the gfx1030. INFO says "OpenMP device 0
+/// (gfx90a…)", and of the gfx1030 that libomptarget skips it, with no
+/// warning (nothing fails).
+#[test]
+fn info_numbers_devices_as_libomptarget_does() {
+    let Some(e) = loader() else { return };
+    let Some(_) = libomptarget() else { return };
+    let dir = scratch("omp-numbering");
+    let written = ["gfx90a", "gfx90a:xnack-", "gfx90a:xnack+", "gfx90a"];
+    let mut args = vec![
+        "-DUSE_DEVICES".to_string(),
+        program("omp_descriptor.c").display().to_string(),
+    ];
+    args.extend(code_objects(&e, &dir, &written));
+    let build = e.build_dir.display().to_string();
+    args.extend([
+        format!("-L{build}"),
+        "-loffload_loader".into(),
+        format!("-Wl,-rpath,{build}"),
+        "-L/usr/lib/llvm-22/lib".into(),
+        "-lomptarget".into(),
+        "-Wl,-rpath,/usr/lib/llvm-22/lib".into(),
+        "-o".into(),
+        "numbering".into(),
+    ]);
+    run_ok(Command::new(&e.tc.clang).current_dir(&dir).args(&args));
+    let hsa = dir.join("hsa");
+    std::fs::create_dir_all(&hsa).unwrap();
+    std::os::unix::fs::symlink(&e.fake, hsa.join("libhsa-runtime64.so")).unwrap();
+    let saved = dir.join("loaded");
+    std::fs::create_dir_all(&saved).unwrap();
+    let out = run_ok(
+        e.fake_driver(
+            &dir.join("numbering"),
+            "gfx1030;gfx90a:sramecc+:xnack-",
+            &dir.join("log"),
+        )
+        .env("LD_LIBRARY_PATH", &hsa)
+        .env("FAKE_HSA_SAVE_DIR", &saved),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "registered\ndevice 0: allocated\n"
+    );
+    assert!(saved.join("gfx90a:sramecc+:xnack-.co").exists());
+    assert!(!saved.join("gfx1030.co").exists());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("OpenMP device 0 (gfx90a:sramecc+:xnack-) loads [1] openmp-amdgcn-amd-amdhsa--gfx90a:xnack-"),
+        "{err}"
+    );
+    assert!(
+        err.contains("gfx1030: no compatible image, libomptarget skips this device; "),
+        "{err}"
+    );
+    assert!(!err.contains("no binary for GPU"), "{err}");
 }
 
 /// A kernel `k` compiled by clang-22 for each of `targets` into
@@ -427,7 +489,7 @@ fn libomptarget_amdgpu_plugin_loads_this_librarys_choice() {
     // With it: the images INFO names, gfx1100's and gfx90a:xnack+'s.
     let (beside, err) = run(&link("beside", true));
     for (device, (agent, want)) in agents.iter().zip([1, 3]).enumerate() {
-        let said = format!("device {device} {agent} loads [");
+        let said = format!("OpenMP device {device} ({agent}) loads [");
         let chosen: usize = err
             .lines()
             .find(|l| l.contains(&said))
@@ -477,7 +539,9 @@ fn info_at_exit_for_a_program_through_the_shim() {
     let out = run_ok(&mut e.fake_driver(&exe, "gfx90a:sramecc+:xnack-", &dir.join("log")));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("device 0 gfx90a:sramecc+:xnack- loads [0] openmp-amdgcn-amd-amdhsa--gfx90a"),
+        err.contains(
+            "OpenMP device 0 (gfx90a:sramecc+:xnack-) loads [0] openmp-amdgcn-amd-amdhsa--gfx90a"
+        ),
         "{err}"
     );
 }

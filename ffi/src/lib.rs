@@ -22,7 +22,8 @@
 //! Each module uses only those above it:
 //! `loader_lock` (the rule and its check), `abi` (last error, panic guard),
 //! `error`, `lock`, `stack`, `process` (loaded objects) → `slots` (every
-//! registration, lock-free), `objects` (pinned objects) → `library` (a
+//! registration, lock-free), `objects` (pinned objects), `vendor_terms`
+//! (devices numbered and described as each vendor runtime does) → `library` (a
 //! library's memory and what a reader may do with it) → `registry` (the
 //! index, under the lock) → `info` (messages), `runtime` (detection, driver
 //! loads and unloads), `vendor` (the vendor runtimes' hooks this library
@@ -52,6 +53,7 @@ mod runtime;
 mod slots;
 mod stack;
 mod vendor;
+mod vendor_terms;
 
 pub(crate) use abi::{guard, set_last_error};
 

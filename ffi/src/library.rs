@@ -27,6 +27,7 @@ use crate::loader_lock::Inside;
 use crate::objects::Pin;
 use crate::process::{self, Located, ObjectName};
 use crate::slots::{Fatbin, Runtime};
+use crate::vendor_terms;
 
 /// A library's images and where their bytes are. The `'static` lifetimes are
 /// erased borrows of the registering object's memory: they are only handed
@@ -456,6 +457,7 @@ impl Reading<'_> {
         let origin = self.origin();
         report(
             self.lib.id,
+            self.lib.runtime,
             &origin,
             self.images(),
             devices,
@@ -521,6 +523,7 @@ impl Snapshot {
     ) -> Vec<Message> {
         report(
             self.id,
+            self.runtime,
             &self.origin,
             &self.images,
             devices,
@@ -543,8 +546,9 @@ fn select_all<S: ImageSource>(source: &S, runtime: Runtime, devices: &[Device]) 
         .collect()
 }
 
-/// HIP's "no binary for GPU" for `device` (the target `target`) of the
-/// library at `origin`, with the reasons of the closest candidates.
+/// HIP's "no binary for GPU" for `device` (this library's device number,
+/// the target `target`) of the library at `origin`, with the reasons of the
+/// closest candidates.
 fn no_binary(
     origin: &str,
     images: &[Image],
@@ -552,6 +556,15 @@ fn no_binary(
     device: usize,
     target: &str,
 ) -> String {
+    format!(
+        "no binary for GPU: device {device} ({target}) has no compatible image in {origin}; {}",
+        reasons(images, selection)
+    )
+}
+
+/// Why none of `images` was selected: the reasons of the closest
+/// candidates, at most 8.
+fn reasons(images: &[Image], selection: &Selection) -> String {
     let mut why: Vec<String> = selection
         .rejected
         .iter()
@@ -559,28 +572,30 @@ fn no_binary(
         .map(|(i, r)| format!("[{i}] {}: {r}", images[*i].id))
         .collect();
     why.truncate(8);
-    format!(
-        "no binary for GPU: device {device} ({target}) has no compatible image in {origin}; {}",
-        if why.is_empty() {
-            "it holds no device image".into()
-        } else {
-            why.join("; ")
-        }
-    )
+    if why.is_empty() {
+        "it holds no device image".into()
+    } else {
+        why.join("; ")
+    }
 }
 
 /// What to say about `selections` (for `devices`) of library `id` at
-/// `origin`: one line per device when `info`; a device with no image for
-/// code of its own vendor is a warning in any case. Built inside a reader,
-/// said by the caller once it has left.
+/// `origin`, registered by `runtime`, in that runtime's terms
+/// ([`vendor_terms`]): one line per device when `info`; a device with no
+/// image for code of its own vendor is a warning in any case where the
+/// runtime then fails (HIP, CUDA), and a line under `info` where it skips
+/// the device (libomptarget). Built inside a reader, said by the caller once
+/// it has left.
 fn report(
     id: usize,
+    runtime: Runtime,
     origin: &str,
     images: &[Image],
     devices: &[Device],
     selections: &[Selection],
     info: bool,
 ) -> Vec<Message> {
+    let numbers = vendor_terms::numbers(runtime, images, devices);
     let mut out = Vec::new();
     if devices.is_empty() && info {
         out.push(Message::Info(format!(
@@ -589,6 +604,8 @@ fn report(
         )));
     }
     for (d, (device, selection)) in devices.iter().zip(selections).enumerate() {
+        let target = device.target.to_string();
+        let named = vendor_terms::device(runtime, numbers[d], &target);
         match selection.chosen {
             Some(i) if info => {
                 let lost: Vec<String> = selection
@@ -598,8 +615,7 @@ fn report(
                     .map(|(i, r)| format!("[{i}] {}: {r}", images[*i].arch))
                     .collect();
                 out.push(Message::Info(format!(
-                    "library {id} ({origin}): device {d} {} loads [{i}] {}{}",
-                    device.target,
+                    "library {id} ({origin}): {named} loads [{i}] {}{}",
                     images[i].id,
                     if lost.is_empty() {
                         String::new()
@@ -613,14 +629,23 @@ fn report(
                 .iter()
                 .any(|i| i.triple.gpu_vendor() == Some(device.target.vendor())) =>
             {
-                let target = device.target.to_string();
-                out.push(Message::Warning(no_binary(
-                    origin, images, selection, d, &target,
-                )));
+                let (consequence, why) = (
+                    vendor_terms::consequence(runtime),
+                    reasons(images, selection),
+                );
+                out.push(match runtime {
+                    // libomptarget skips the device: nothing fails.
+                    Runtime::OpenMp if info => Message::Info(format!(
+                        "library {id} ({origin}): {named}: no compatible image, {consequence}; {why}"
+                    )),
+                    Runtime::OpenMp => continue,
+                    _ => Message::Warning(format!(
+                        "no binary for GPU: {named} has no compatible image in {origin} ({consequence}); {why}"
+                    )),
+                });
             }
             None if info => out.push(Message::Info(format!(
-                "library {id} ({origin}): device {d} {}: no {} code in this library",
-                device.target,
+                "library {id} ({origin}): {named}: no {} code in this library",
                 device.target.vendor()
             ))),
             None => {}

@@ -1,0 +1,99 @@
+//! Diagnostics in the vendor runtime's terms: each device numbered as the
+//! runtime that will load the library numbers it, and a device with no
+//! image described by what that runtime then does.
+//!
+//! - HIP numbers the AMD devices it sees, in order (after
+//!   `HIP_VISIBLE_DEVICES`, which detection applies as clr does), and fails
+//!   at start-up with `hipErrorNoBinaryForGpu` when a fat binary has no code
+//!   object for one of them (clr `hip_code_object.cpp`).
+//! - CUDA numbers the NVIDIA devices by the driver's ordinals (after
+//!   `CUDA_VISIBLE_DEVICES`, which the driver applies), and a launch on a
+//!   device with no image fails with `cudaErrorNoKernelImageForDevice`.
+//! - libomptarget (LLVM 22 `PluginManager::registerLib`) numbers a device
+//!   the first time it is compatible with an image: images in the order of
+//!   the descriptor it is handed, for each the plugins in their build order
+//!   (amdgpu, then cuda), for each plugin its devices in order. A device
+//!   compatible with no image gets no number: libomptarget skips it, and
+//!   the program's regions run elsewhere or on the host. Numbered here for
+//!   this library alone: a device an earlier library made an OpenMP device
+//!   keeps the number it got there, which this does not know.
+
+use offload_detect::Device;
+use offload_loader::select::check;
+use offload_loader::target::Vendor;
+use offload_loader::{first_fit_order, Image, Policy};
+
+use crate::slots::Runtime;
+
+/// `runtime`'s number for each of `devices`, for a library of `images`;
+/// `None` for a device the runtime does not number (another vendor's, or
+/// for libomptarget one no image runs on).
+pub(crate) fn numbers(
+    runtime: Runtime,
+    images: &[Image],
+    devices: &[Device],
+) -> Vec<Option<usize>> {
+    match runtime.vendor() {
+        Some(vendor) => {
+            let mut next = 0;
+            devices
+                .iter()
+                .map(|d| {
+                    (d.target.vendor() == vendor).then(|| {
+                        next += 1;
+                        next - 1
+                    })
+                })
+                .collect()
+        }
+        None => libomptarget_numbers(images, devices),
+    }
+}
+
+/// libomptarget's numbering (see the module docs), over the descriptor's
+/// images in the order this library hands them on.
+fn libomptarget_numbers(images: &[Image], devices: &[Device]) -> Vec<Option<usize>> {
+    let order = first_fit_order(images).unwrap_or_else(|| (0..images.len()).collect());
+    let policy = Policy {
+        offload_kind: Some(Runtime::OpenMp.offload_kind()),
+    };
+    let mut numbers = vec![None; devices.len()];
+    let mut next = 0;
+    for image in order.iter().map(|&i| &images[i]) {
+        for vendor in [Vendor::Amd, Vendor::Nvidia] {
+            for (d, device) in devices.iter().enumerate() {
+                if device.target.vendor() == vendor
+                    && numbers[d].is_none()
+                    && check(&device.target, image, &policy).is_ok()
+                {
+                    numbers[d] = Some(next);
+                    next += 1;
+                }
+            }
+        }
+    }
+    numbers
+}
+
+/// How `runtime` names device `number` (its own number, if it has one) of
+/// target `target`: "HIP device 1 (gfx1030)".
+pub(crate) fn device(runtime: Runtime, number: Option<usize>, target: &str) -> String {
+    let who = match runtime {
+        Runtime::Hip => "HIP",
+        Runtime::Cuda => "CUDA",
+        Runtime::OpenMp => "OpenMP",
+    };
+    match number {
+        Some(n) => format!("{who} device {n} ({target})"),
+        None => target.to_string(),
+    }
+}
+
+/// What `runtime` does on a device no image of the library runs on.
+pub(crate) fn consequence(runtime: Runtime) -> &'static str {
+    match runtime {
+        Runtime::Hip => "hipErrorNoBinaryForGpu at start-up",
+        Runtime::Cuda => "cudaErrorNoKernelImageForDevice at a launch there",
+        Runtime::OpenMp => "libomptarget skips this device",
+    }
+}
