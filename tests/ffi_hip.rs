@@ -699,6 +699,23 @@ fn beside_libamdhip64_a_heap_wrapper_is_handed_on() {
     }
 }
 
+/// A KFD topology under `dir` (for `OFFLOAD_LOADER_KFD_ROOT`): a CPU node,
+/// then one GPU node per `gfx_target_version` (e.g. 110000 for gfx1100).
+fn fake_kfd(dir: &Path, versions: &[u32]) -> PathBuf {
+    let root = dir.join("kfd-nodes");
+    let _ = std::fs::remove_dir_all(&root);
+    for (node, version) in std::iter::once(&0).chain(versions).enumerate() {
+        let at = root.join(node.to_string());
+        std::fs::create_dir_all(&at).unwrap();
+        std::fs::write(
+            at.join("properties"),
+            format!("gfx_target_version {version}\nunique_id {node}\n"),
+        )
+        .unwrap();
+    }
+    root
+}
+
 /// `tests/programs/hip_spy.c` built as `libhip_spy.so` in `dir`.
 fn hip_spy(e: &Loader, dir: &Path) -> PathBuf {
     let spy = dir.join("libhip_spy.so");
@@ -737,10 +754,17 @@ fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
     let expected = "count rc=100 (hipErrorNoDevice) n=0\nattributes rc=101 (hipErrorInvalidDevice)\nlaunch rc=101 (hipErrorInvalidDevice)\n";
     let program = LinkedProgram::hip(&["gfx1100", "gfx11-generic", "gfx90a"], "hip_launch.hip");
     let saved = dir.join("handed.bundle");
+    // libamdhip64 can find a gfx1100 and a gfx90a: KFD's topology lists
+    // them (ROCr finds its agents there).
+    let kfd = fake_kfd(&dir, &[110000, 90010]);
     let spied = |program: LinkedProgram| {
         let exe = e.build(program.link(&spy));
         let _ = std::fs::remove_file(&saved);
-        let out = run_ok(Command::new(&exe).env("SPY_BUNDLE", &saved));
+        let out = run_ok(
+            Command::new(&exe)
+                .env("SPY_BUNDLE", &saved)
+                .env("OFFLOAD_LOADER_KFD_ROOT", &kfd),
+        );
         assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{exe:?}");
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         (exe, line(&err, "spy: ").to_string())
@@ -770,8 +794,20 @@ fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
         let theirs = e.tc.unbundle(&original, id).unwrap();
         assert!(!ours.is_empty() && ours == theirs, "{id}");
     }
-    let (_, table) = spied(program.compress());
+    let (_, table) = spied(program.clone().compress());
     assert_eq!(table, "spy: not an uncompressed bundle");
+    // Where no gfx11 GPU can be present (a gfx90a only, or no GPU at all),
+    // no device would take the generic code: the program's own table is
+    // handed on, and nothing is copied.
+    for gpus in [fake_kfd(&dir.join("gfx90a"), &[90010]), dir.join("none")] {
+        let out = run_ok(
+            Command::new(&exe)
+                .env("SPY_BUNDLE", &saved)
+                .env("OFFLOAD_LOADER_KFD_ROOT", &gpus),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(line(&err, "spy: "), clang, "{gpus:?}");
+    }
     // A gfx1100 entry whose code object says gfx1101 is never handed first:
     // libamdhip64 compares entry IDs only, and would give a gfx1100 device
     // code this library rejects (the generic code is its choice). Without
@@ -786,7 +822,11 @@ fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
         )
     );
     let patched = mislabelled(&exe, &dir);
-    let out = run_ok(Command::new(&patched).env("SPY_BUNDLE", &saved));
+    let out = run_ok(
+        Command::new(&patched)
+            .env("SPY_BUNDLE", &saved)
+            .env("OFFLOAD_LOADER_KFD_ROOT", &kfd),
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(

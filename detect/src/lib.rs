@@ -156,6 +156,19 @@ pub fn detected(vendors: Vendors) -> Option<&'static Detection> {
     DETECTION[usize::from(vendors.bits())].get()
 }
 
+/// The AMD processors a GPU runtime of this process can find: those KFD's
+/// topology in sysfs lists (after `HSA_OVERRIDE_GFX_VERSION` and
+/// `ROCR_VISIBLE_DEVICES`, as libhsakmt and ROCr apply them; under
+/// `OFFLOAD_LOADER_KFD_ROOT` where set), read from files: no driver is
+/// opened and no library loaded, so a constructor may ask (registration
+/// does, to decide whether a first-fit runtime beside it needs a table
+/// reordered). ROCr finds its agents through the same topology: where it
+/// lists none, no HSA runtime finds an AMD GPU.
+pub fn kfd_processors() -> Vec<&'static offload_loader::target::Processor> {
+    let (nodes, _) = kfd::detect(&Config::from_env());
+    nodes.iter().map(|n| n.target.processor).collect()
+}
+
 /// Installs this crate's `fork` handlers now: call it before the program
 /// has threads (from a library constructor), so that no `fork` can run
 /// while they are being installed (see the `fork_lock` module).

@@ -4,7 +4,8 @@
 //! specific processor before a generic one).
 //!
 //! Where the table's own order would not give this library's choice on some
-//! device ([`offload_loader::first_fit_order_checked`]: `gfx11-generic`
+//! device that can be present (one KFD's topology lists: ROCr finds its
+//! agents there) ([`offload_loader::first_fit_order_checked`]: `gfx11-generic`
 //! before `gfx1100`, `gfx90a` "any" before `gfx90a:xnack+`, or a `gfx1100`
 //! entry whose code object's header says it is for another processor, which
 //! clr would hand a gfx1100 by its ID), libamdhip64 is handed
@@ -30,7 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use offload_loader::bundle::{write, Bundle};
 use offload_loader::registration::{FatbinWrapper, WRAPPER_SIZE};
-use offload_loader::{Container, Limits};
+use offload_loader::target::Processor;
+use offload_loader::{Container, Limits, Present};
+use once_cell::race::OnceBox;
 
 use crate::library::fatbin_bytes;
 use crate::registry::{self, HandleState};
@@ -67,6 +70,12 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Vec<u64>> {
     let HandleState::Library(id) = registry::handle(handle) else {
         return None;
     };
+    // No AMD GPU can be found here: no device would take any code object,
+    // and the bundle is not read (its table lies on a page of its own,
+    // which a registration would otherwise fault in).
+    if present().is_empty() {
+        return None;
+    }
     let fatbin = slots::get(id)?.fatbin()?;
     // SAFETY: registration parsed these bytes of the wrapper in a loaded
     // segment of the object its record pins until unregistration.
@@ -82,10 +91,11 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Vec<u64>> {
         return None;
     }
     let container = Container::parse(data, &limits).ok()?;
+    let present = Present::Only(present());
     // Where a header can change the order, it is read each time: the
     // table's IDs alone do not decide.
-    let by_ids = offload_loader::first_fit_contested(container.images()).is_empty();
-    let Some(order) = offload_loader::first_fit_order_checked(&container) else {
+    let by_ids = offload_loader::first_fit_contested(container.images(), present).is_empty();
+    let Some(order) = offload_loader::first_fit_order_checked(&container, present) else {
         if by_ids {
             AGREEING.store(ids, Ordering::Relaxed);
         }
@@ -93,6 +103,15 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Vec<u64>> {
     };
     let bundle = write::reordered(&bundle, &order)?;
     Some(laid_out(info, &bundle))
+}
+
+/// The AMD processors libamdhip64 can find here
+/// ([`offload_detect::kfd_processors`]), read once, at the first
+/// registration handed to it: a table is reordered only where one of them
+/// would otherwise take another code object than this library's choice.
+fn present() -> &'static [&'static Processor] {
+    static PRESENT: OnceBox<Vec<&'static Processor>> = OnceBox::new();
+    PRESENT.get_or_init(|| Box::new(offload_detect::kfd_processors()))
 }
 
 /// The key of the last list of entry IDs whose own order gives this

@@ -65,5 +65,5 @@ pub use image::{CodeKind, Content, Image};
 pub use limits::Limits;
 pub use select::{
     first_fit_contested, first_fit_order, first_fit_order_checked, preference, select,
-    DeviceTarget, ImageSource, Policy, Rejection, Selection,
+    DeviceTarget, ImageSource, Policy, Present, Rejection, Selection,
 };

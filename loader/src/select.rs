@@ -549,7 +549,12 @@ pub fn preference(images: &[Image]) -> Vec<usize> {
 /// the original on. A table whose inversions never meet on one device
 /// (`gfx908` before `gfx90a:xnack+`, as in clang's bundles) is left alone.
 pub fn first_fit_order(images: &[Image]) -> Option<Vec<usize>> {
-    if first_fit_agrees(images) {
+    order(images, Present::Any)
+}
+
+/// [`first_fit_order`] for the AMD processors `present` only.
+fn order(images: &[Image], present: Present<'_>) -> Option<Vec<usize>> {
+    if agrees(images, present) {
         return None;
     }
     let is_gpu = |i: usize| images[i].triple.gpu_vendor().is_some();
@@ -575,32 +580,37 @@ pub fn first_fit_order(images: &[Image]) -> Option<Vec<usize>> {
 /// is for another processor; read, the header ranks it last (see
 /// [`first_fit_order_checked`]). Empty for a table whose images never meet
 /// on one device, as clang's bundles of distinct processors.
-pub fn first_fit_contested(images: &[Image]) -> Vec<usize> {
+pub fn first_fit_contested(images: &[Image], present: Present<'_>) -> Vec<usize> {
     let fits: Vec<Fit> = images.iter().map(static_fit).collect();
     (0..images.len())
         .filter(|&i| {
             images[i].content.is_none()
                 && (0..images.len())
-                    .any(|j| j != i && fits[i] > fits[j] && meet(&images[i], &images[j]))
+                    .any(|j| j != i && fits[i] > fits[j] && meet(&images[i], &images[j], present))
         })
         .collect()
 }
 
-/// [`first_fit_order`] over `source`, with the headers of its
-/// [`first_fit_contested`] images read first: an image whose header
-/// contradicts its container's claim is never handed first to a device
-/// that has another image it can run.
-pub fn first_fit_order_checked<S: ImageSource + ?Sized>(source: &S) -> Option<Vec<usize>> {
+/// [`first_fit_order`] over `source` for the processors `present`, with
+/// the headers of its [`first_fit_contested`] images read first: an image
+/// whose header contradicts its container's claim is never handed first to
+/// a device that has another image it can run. A table none of whose
+/// images meet on a present device is left as it is: no device there
+/// would take another image than this library's choice.
+pub fn first_fit_order_checked<S: ImageSource + ?Sized>(
+    source: &S,
+    present: Present<'_>,
+) -> Option<Vec<usize>> {
     let images = source.images();
-    let contested = first_fit_contested(images);
+    let contested = first_fit_contested(images, present);
     if contested.is_empty() {
-        return first_fit_order(images);
+        return order(images, present);
     }
     let mut read = images.to_vec();
     for i in contested {
         read[i].content = source.read_content(i);
     }
-    first_fit_order(&read)
+    order(&read, present)
 }
 
 /// Whether taking the first compatible image in table order gives
@@ -612,17 +622,50 @@ pub fn first_fit_order_checked<S: ImageSource + ?Sized>(source: &S) -> Option<Ve
 /// features. A pair with NVIDIA code counts as meeting (capabilities are not
 /// enumerated here), so such a table is reordered.
 pub fn first_fit_agrees(images: &[Image]) -> bool {
+    agrees(images, Present::Any)
+}
+
+/// [`first_fit_agrees`] on the AMD processors `present` only.
+fn agrees(images: &[Image], present: Present<'_>) -> bool {
     let fits: Vec<Fit> = images.iter().map(static_fit).collect();
     (0..images.len()).all(|later| {
-        (0..later)
-            .all(|earlier| fits[later] <= fits[earlier] || !meet(&images[earlier], &images[later]))
+        (0..later).all(|earlier| {
+            fits[later] <= fits[earlier] || !meet(&images[earlier], &images[later], present)
+        })
     })
 }
 
-/// Whether some device with known settings can run both `a` and `b` by
-/// their containers' claims (what a first-fit runtime that reads no header
-/// goes by).
-fn meet(a: &Image, b: &Image) -> bool {
+/// The AMD processors a first-fit order is decided for.
+#[derive(Debug, Clone, Copy)]
+pub enum Present<'a> {
+    /// Every processor (a device that can be present is not known).
+    Any,
+    /// Only these: the processors a runtime of this process can find
+    /// (`offload_detect::kfd_processors`). NVIDIA devices are not listed:
+    /// their images always count as meeting.
+    Only(&'a [&'static Processor]),
+}
+
+impl Present<'_> {
+    fn includes(self, processor: &Processor) -> bool {
+        match self {
+            Present::Any => true,
+            Present::Only(list) => list.iter().any(|p| p.name == processor.name),
+        }
+    }
+
+    fn any_amd(self) -> bool {
+        match self {
+            Present::Any => true,
+            Present::Only(list) => !list.is_empty(),
+        }
+    }
+}
+
+/// Whether some device with known settings, of a processor `present`, can
+/// run both `a` and `b` by their containers' claims (what a first-fit
+/// runtime that reads no header goes by).
+fn meet(a: &Image, b: &Image, present: Present<'_>) -> bool {
     let claim = |image: &Image| -> Option<Image> {
         image.content.is_some().then(|| Image {
             content: None,
@@ -636,7 +679,7 @@ fn meet(a: &Image, b: &Image) -> bool {
         (Arch::Nvptx(_), Arch::Nvptx(_)) => return true,
         // AMD's SPIR-V runs on every AMD GPU.
         (Arch::AmdSpirv, other) | (other, Arch::AmdSpirv) => {
-            return other.vendor() == Some(Vendor::Amd)
+            return other.vendor() == Some(Vendor::Amd) && present.any_amd()
         }
         _ => return false,
     };
@@ -653,7 +696,7 @@ fn meet(a: &Image, b: &Image) -> bool {
     let (xs, ys) = (members(x), members(y));
     let policy = Policy::default();
     xs.into_iter()
-        .filter(|p| ys.iter().any(|q| q.name == p.name))
+        .filter(|p| ys.iter().any(|q| q.name == p.name) && present.includes(p))
         .flat_map(known_settings)
         .any(|device| check(&device, a, &policy).is_ok() && check(&device, b, &policy).is_ok())
 }
@@ -1687,6 +1730,27 @@ mod tests {
             "hipv4-amdgcn-amd-amdhsa--gfx1100",
         ]);
         assert_eq!(first_fit_order(&family), Some(vec![1, 0]));
+        // Decided for the processors present: with no gfx11 GPU no device
+        // would take the generic code over gfx1100's, and the table stays.
+        let on = |names: &[&str]| -> Vec<&'static Processor> {
+            names
+                .iter()
+                .map(|n| Processor::lookup(n).unwrap())
+                .collect()
+        };
+        for (present, expected) in [
+            (on(&[]), None),
+            (on(&["gfx90a", "gfx1030"]), None),
+            // A gfx1101 runs the generic code only.
+            (on(&["gfx90a", "gfx1101"]), None),
+            (on(&["gfx90a", "gfx1100"]), Some(vec![1, 0])),
+        ] {
+            assert_eq!(
+                first_fit_order_checked(&family, Present::Only(&present)),
+                expected,
+                "{present:?}"
+            );
+        }
         // A processor's code whose header says it is another processor's is
         // never handed first where its family's generic code is there: the
         // table is reordered, the mislabelled code last.
@@ -1696,7 +1760,7 @@ mod tests {
             "hipv4-amdgcn-amd-amdhsa--gfx90a",
         ]);
         assert_eq!(first_fit_order(&mislabelled), None);
-        assert_eq!(first_fit_contested(&mislabelled), [0]);
+        assert_eq!(first_fit_contested(&mislabelled, Present::Any), [0]);
         let header = |processor: &str| Content {
             code: CodeKind::AmdgpuElf,
             arch: Some(Arch::Amdgpu(TargetId::parse(processor).unwrap())),
