@@ -9,16 +9,19 @@
 //! before `gfx1100`, `gfx90a` "any" before `gfx90a:xnack+`, or a `gfx1100`
 //! entry whose code object's header says it is for another processor, which
 //! clr would hand a gfx1100 by its ID), libamdhip64 is handed
-//! a copy of the program's wrapper pointing to a copy of the bundle whose
-//! entries are in that order. The copy lives until the fat binary is
-//! unregistered. A table whose order already gives the choice is handed on
-//! as it is.
+//! a copy of the program's wrapper pointing to a table whose entries are
+//! in that order. It lives until the fat binary is unregistered. A table
+//! whose order already gives the choice is handed on as it is.
 //!
-//! Cost: reading the table, and deciding once per distinct list of entry
+//! Cost: none where no AMD GPU can be found (the bundle is not read).
+//! Else reading the table, and deciding once per distinct list of entry
 //! IDs (a library repeats one list in every bundle; deciding parses each
-//! target ID, some microseconds), but for a table where one entry would be
-//! taken over another on some device (`gfx1100` and `gfx11-generic`): the
-//! header of that entry's code object is read each time, its first page. A compressed bundle (`CCOB`) is handed on
+//! target ID, some microseconds); for a table where one entry would be
+//! taken over another on a present device (`gfx1100` and `gfx11-generic`
+//! on a gfx1100), the header of that entry's code object is read each
+//! time, its first page. A reordered table is a new table over the
+//! program's own code objects ([`crate::view`]): no code object is copied
+//! unless the object's file cannot be mapped again. A compressed bundle (`CCOB`) is handed on
 //! as it is: reading its table would inflate the start of every one at
 //! registration (90 µs each with zstd), and the runtimes that read
 //! compressed bundles (clr with comgr, ROCm 6.2 on) look for a specific
@@ -27,7 +30,7 @@
 
 use std::ffi::c_void;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use offload_loader::bundle::{write, Bundle};
 use offload_loader::registration::{FatbinWrapper, WRAPPER_SIZE};
@@ -37,6 +40,7 @@ use once_cell::race::OnceBox;
 
 use crate::library::fatbin_bytes;
 use crate::registry::{self, HandleState};
+use crate::view::{Handed, ObjectView, View};
 use crate::{process, slots};
 
 /// The copied bundle's alignment: clang aligns `.hip_fatbin` to 4096, and
@@ -47,15 +51,15 @@ const BUNDLE_ALIGN: usize = 4096;
 /// library registered as `handle`: the program's own, or a reordered copy
 /// kept until [`release`].
 pub(crate) fn wrapper_for(wrapper: *const c_void, handle: usize) -> *const c_void {
-    let Some(copy) = reordered(wrapper as usize, handle) else {
+    let Some(handed) = reordered(wrapper as usize, handle) else {
         return wrapper;
     };
-    let handed = copy.as_ptr().cast();
-    registry::with(|r| r.reordered_bundles.insert(handle, copy));
-    handed
+    let wrapper = handed.wrapper();
+    registry::with(|r| r.reordered_bundles.insert(handle, handed));
+    wrapper
 }
 
-/// Frees the copy made for `handle`, if any, once libamdhip64 has
+/// Frees the view or copy made for `handle`, if any, once libamdhip64 has
 /// unregistered it.
 pub(crate) fn release(handle: usize) {
     let copy = registry::with(|r| r.reordered_bundles.remove(&handle));
@@ -66,7 +70,7 @@ pub(crate) fn release(handle: usize) {
 /// The wrapper and bundle copy for the program's `wrapper`, registered as
 /// `handle`, when its bundle needs reordering and can be read: where
 /// registration found them (its record, which pins their object).
-fn reordered(wrapper: usize, handle: usize) -> Option<Vec<u64>> {
+fn reordered(wrapper: usize, handle: usize) -> Option<Handed> {
     let HandleState::Library(id) = registry::handle(handle) else {
         return None;
     };
@@ -86,23 +90,44 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Vec<u64>> {
     let limits = Limits::default();
     // Uncompressed bundles only (see above).
     let bundle = Bundle::parse(data, &limits).ok()?;
-    let ids = table_key(&bundle);
-    if AGREEING.load(Ordering::Relaxed) == ids {
+    let key = table_key(&bundle);
+    let present = Present::Only(present());
+    // Decided once per list of entry IDs: which entries' headers can
+    // change the order, and the order when none contradicts its ID.
+    let decided = registry::with(|r| {
+        r.first_fit
+            .as_ref()
+            .filter(|(k, _, _)| *k == key)
+            .map(|(_, contested, order)| (contested.clone(), order.clone()))
+    });
+    // The common case: a table whose own order gives the choice whatever
+    // its headers say.
+    if matches!(&decided, Some((contested, None)) if contested.is_empty()) {
         return None;
     }
     let container = Container::parse(data, &limits).ok()?;
-    let present = Present::Only(present());
-    // Where a header can change the order, it is read each time: the
-    // table's IDs alone do not decide.
-    let by_ids = offload_loader::first_fit_contested(container.images(), present).is_empty();
-    let Some(order) = offload_loader::first_fit_order_checked(&container, present) else {
-        if by_ids {
-            AGREEING.store(ids, Ordering::Relaxed);
-        }
-        return None;
-    };
+    let (contested, order) = decided.unwrap_or_else(|| {
+        let images = container.images();
+        let made = (
+            offload_loader::first_fit_contested(images, present),
+            offload_loader::first_fit_order_on(images, present),
+        );
+        let kept = made.clone();
+        registry::with(|r| r.first_fit = Some((key, kept.0, kept.1)));
+        made
+    });
+    // Each time, the headers that can change it (their first page).
+    let order = if offload_loader::headers_agree(&container, &contested) {
+        order
+    } else {
+        offload_loader::first_fit_order_checked(&container, present)
+    }?;
+    let view = object_view(data).and_then(|object| View::new(&object, data, &bundle, &order, info));
+    if let Some(view) = view {
+        return Some(Handed::View(view));
+    }
     let bundle = write::reordered(&bundle, &order)?;
-    Some(laid_out(info, &bundle))
+    Some(Handed::Copy(laid_out(info, &bundle)))
 }
 
 /// The AMD processors libamdhip64 can find here
@@ -114,9 +139,34 @@ fn present() -> &'static [&'static Processor] {
     PRESENT.get_or_init(|| Box::new(offload_detect::kfd_processors()))
 }
 
-/// The key of the last list of entry IDs whose own order gives this
-/// library's choice.
-static AGREEING: AtomicU64 = AtomicU64::new(0);
+/// The view of the loaded file mapping that holds `data`, shared by its
+/// bundles: made the first time (outside the registry's lock: it reads
+/// `/proc/self/maps` and maps the file), then found by its range.
+fn object_view(data: &[u8]) -> Option<Arc<ObjectView>> {
+    let address = data.as_ptr() as usize;
+    let find = |r: &mut registry::Registry| {
+        r.views.retain(|(_, view)| view.strong_count() > 0);
+        r.views
+            .iter()
+            .find(|(range, _)| range.contains(&address))
+            .and_then(|(_, view)| view.upgrade())
+    };
+    if let Some(view) = registry::with(find) {
+        return Some(view);
+    }
+    let made = Arc::new(ObjectView::of(data)?);
+    let (view, unused) = registry::with(|r| match find(r) {
+        // Another thread made one first: it is used, this one dropped
+        // (unmapped) outside the lock.
+        Some(theirs) => (theirs, Some(made)),
+        None => {
+            r.views.push((made.repeats(), Arc::downgrade(&made)));
+            (made, None)
+        }
+    });
+    drop(unused);
+    Some(view)
+}
 
 /// A 64-bit hash of `bundle`'s entry IDs in order (never 0, the empty
 /// cache).

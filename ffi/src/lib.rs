@@ -21,7 +21,8 @@
 //!
 //! Each module uses only those above it:
 //! `loader_lock` (the rule and its check), `abi` (last error, panic guard),
-//! `error`, `lock`, `stack`, `process` (loaded objects) → `slots` (every
+//! `error`, `lock`, `stack`, `process` (loaded objects), `view` (a reordered bundle over the
+//! program's own code objects) → `slots` (every
 //! registration, lock-free), `objects` (pinned objects), `vendor_terms`
 //! (devices numbered and described as each vendor runtime does) → `library` (a
 //! library's memory and what a reader may do with it) → `registry` (the
@@ -54,6 +55,7 @@ mod slots;
 mod stack;
 mod vendor;
 mod vendor_terms;
+mod view;
 
 pub(crate) use abi::{guard, set_last_error};
 

@@ -13,13 +13,14 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::library::{Images, Library, Origin, Symbol, SymbolKind};
 use crate::loader_lock::Inside;
 use crate::lock::ForkSafeMutex;
 use crate::process;
 use crate::slots::{self, Fatbin, Runtime, State};
+use crate::view::{Handed, ObjectView};
 
 /// A multiplicative hash for addresses and short names (FxHash's constant):
 /// the keys are not chosen by an adversary who gains from collisions.
@@ -105,7 +106,14 @@ pub(crate) struct Registry {
     /// HIP: this library's fat-binary handle → the wrapper and reordered
     /// bundle handed to libamdhip64 in the program's place (see
     /// `first_fit`).
-    pub reordered_bundles: FastMap<usize, Vec<u64>>,
+    pub reordered_bundles: FastMap<usize, Handed>,
+    /// HIP: the last list of bundle entry IDs decided (`first_fit`): its
+    /// key, the entries whose headers can change the order, and the order
+    /// when none does (`None`: the table's own).
+    pub first_fit: Option<(u64, Vec<usize>, Option<Vec<usize>>)>,
+    /// HIP: the views of loaded file mappings the reordered bundles' tables
+    /// lie in, by the mapping they repeat (see `view`).
+    pub views: Vec<(std::ops::Range<usize>, Weak<ObjectView>)>,
     /// AOMP image infos waiting for the next descriptor: image number → target ID.
     pub image_info: Vec<(i32, String)>,
     /// Requirement flags from `__tgt_register_requires`.
@@ -278,7 +286,8 @@ pub(crate) fn add_symbol(id: usize, symbol: Symbol) -> Result<(), crate::error::
         if !is_live(id) {
             return Err(crate::error::Error::NoLibrary(id as i64));
         }
-        let symbols = r.symbols.entry(id).or_default();
+        // Most fat binaries register one kernel or a few: grown as needed.
+        let symbols = r.symbols.entry(id).or_insert_with(|| Vec::with_capacity(1));
         let at = SymbolRef {
             library: id,
             index: symbols.len(),

@@ -552,7 +552,27 @@ pub fn first_fit_order(images: &[Image]) -> Option<Vec<usize>> {
     order(images, Present::Any)
 }
 
-/// [`first_fit_order`] for the AMD processors `present` only.
+/// [`first_fit_order`] for the AMD processors `present` only, from what the
+/// images record (no header is read).
+pub fn first_fit_order_on(images: &[Image], present: Present<'_>) -> Option<Vec<usize>> {
+    order(images, present)
+}
+
+/// Whether the headers of `source`'s images `indices` agree with their
+/// containers' claims (or cannot be read): then
+/// [`first_fit_order_checked`] gives the order [`first_fit_order_on`] gives
+/// with no header read, which a caller may have kept for the same IDs.
+pub fn headers_agree<S: ImageSource + ?Sized>(source: &S, indices: &[usize]) -> bool {
+    indices.iter().all(|&i| {
+        let claimed = source.images().get(i).map(|image| &image.arch);
+        let read = source.read_content(i).and_then(|c| c.arch);
+        match (claimed, read) {
+            (Some(claimed), Some(actual)) => !contradicts(claimed, &actual),
+            _ => true,
+        }
+    })
+}
+
 fn order(images: &[Image], present: Present<'_>) -> Option<Vec<usize>> {
     if agrees(images, present) {
         return None;
