@@ -291,8 +291,9 @@ fn beside_libcudart_registration_reaches_it() {
     );
     // libcudart tears the driver down at exit, before this library's exit
     // handler (installed at registration, earlier than libcudart's at its
-    // first call) runs: INFO still names the device, detected at the
-    // program's first launch, and `OFFLOAD_LOADER_EAGER=1` loads there.
+    // first call) runs: installed again at the program's first launch, it
+    // runs before, so INFO still names the device and
+    // `OFFLOAD_LOADER_EAGER=1` loads.
     let torn = [("SPY_TEAR_DOWN", "launch")];
     let (out, err, _) = run_with(&spied, "8.6", &torn);
     assert_eq!(out, expected, "{err}");

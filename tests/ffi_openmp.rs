@@ -460,6 +460,7 @@ fn libomptarget_amdgpu_plugin_loads_this_librarys_choice() {
         ));
         let _ = std::fs::remove_dir_all(&saved);
         std::fs::create_dir_all(&saved).unwrap();
+        let _ = std::fs::remove_file(dir.join("log"));
         let out = run_ok(
             e.fake_driver(
                 exe,
@@ -488,8 +489,23 @@ fn libomptarget_amdgpu_plugin_loads_this_librarys_choice() {
     assert!(plain[0] == image(0) && plain[1] == image(2));
     // With it: the images INFO names, gfx1100's and gfx90a:xnack+'s.
     let (beside, err) = run(&link("beside", true));
+    // libomptarget numbers the devices by the first image each runs in the
+    // table it is handed (here gfx90a:xnack+'s first, so the gfx90a is its
+    // device 0); the saved code objects are named by agent. The program
+    // allocates on its device 0 first, which makes the plugin load there
+    // first: the double's first load is on the device INFO numbers 0.
+    let log = std::fs::read_to_string(dir.join("log")).unwrap();
+    let first = log
+        .lines()
+        .find_map(|l| l.strip_prefix("hsa load "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        err.contains(&format!("OpenMP device 0 ({first}) loads [")),
+        "libomptarget's device 0 is {first}: {err}"
+    );
     for (device, (agent, want)) in agents.iter().zip([1, 3]).enumerate() {
-        let said = format!("OpenMP device {device} ({agent}) loads [");
+        let said = format!("({agent}) loads [");
         let chosen: usize = err
             .lines()
             .find(|l| l.contains(&said))

@@ -169,23 +169,24 @@ fn install_at_exit() {
 /// Whether [`vendor_running`] has done its work.
 static SEEN_RUNNING: AtomicBool = AtomicBool::new(false);
 
-/// Called beside a vendor runtime by the hooks of its launch path (once
-/// each call was handed on: the program runs, and the vendor is
-/// initialised). Under `OFFLOAD_LOADER_INFO` or `OFFLOAD_LOADER_EAGER`, the
-/// first call detects the devices and loads what `EAGER` asks, as a query
-/// would: at exit it would be too late beside libcudart, whose exit
-/// handler, installed at its first call and so after [`at_exit`], runs
-/// first and tears the driver down (`cuInit` then answers
-/// `CUDA_ERROR_DEINITIALIZED`, and `cuGetErrorName` names nothing). After
-/// the first call, one load.
+/// Called beside a vendor runtime by the hooks of its launch path, once
+/// each call was handed on (the vendor is initialised by then). Under
+/// `OFFLOAD_LOADER_INFO` or `OFFLOAD_LOADER_EAGER`, the first call installs
+/// [`at_exit`] a second time: `atexit` handlers run in reverse order, and
+/// libcudart's, installed at its first call, tears the driver down at exit
+/// (`cuInit` then answers `CUDA_ERROR_DEINITIALIZED`, and `cuGetErrorName`
+/// names nothing), so the one installed at registration would run too
+/// late. Nothing is detected here: the call may come from a constructor,
+/// under the loader's lock. The first installation still runs, last, and
+/// finds nothing left to say. After the first call, one load.
 #[inline]
 pub(crate) fn vendor_running() {
     if AT_EXIT.load(Ordering::Relaxed) == AT_EXIT_INSTALLED
         && !SEEN_RUNNING.load(Ordering::Relaxed)
         && !SEEN_RUNNING.swap(true, Ordering::AcqRel)
     {
-        settle();
-        detection();
+        // SAFETY: as in `install_at_exit`.
+        unsafe { libc::atexit(at_exit) };
     }
 }
 
@@ -221,8 +222,9 @@ extern "C" fn at_exit() {
             let selections = snapshot.select_all(&detection.devices);
             info::say(snapshot.report(&detection.devices, &selections, info::enabled()));
         }
+        // Said once: `at_exit` may run twice (see `vendor_running`).
         let uncopied = UNREPORTED_COUNT
-            .load(Ordering::Relaxed)
+            .swap(0, Ordering::Relaxed)
             .saturating_sub(UNREPORTED_KEPT);
         if uncopied > 0 {
             info::say([Message::Info(format!(
