@@ -390,43 +390,16 @@ fn beside_libcudart_a_heap_wrapper_is_handed_on() {
                 lib.display()
             )),
     );
-    for info in ["1", "0"] {
-        let out = support::run_ok(
-            Command::new(&exe)
-                .arg(&fatbin)
-                .arg("_Z1kPi")
-                .env("OFFLOAD_LOADER_INFO", info),
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            "registered and unregistered\n"
-        );
-        let err = String::from_utf8_lossy(&out.stderr);
-        let spied: Vec<&str> = err.lines().filter(|l| l.starts_with("spy: ")).collect();
-        assert_eq!(
-            spied,
-            [
-                "spy: fat binary, handle returned",
-                "spy: function _Z1kPi, its handle",
-                "spy: unregister, its handle",
-            ],
-            "{err}"
-        );
-        let ours: Vec<&str> = err
-            .lines()
-            .filter(|l| l.starts_with("offload-loader: "))
-            .collect();
-        if info == "1" {
-            assert!(
-                ours.iter()
-                    .any(|l| l.contains("is not in any loaded object")
-                        && l.ends_with("handed to libcudart as it is; not selected here")),
-                "{err}"
-            );
-        } else {
-            assert!(ours.is_empty(), "{err}");
-        }
-    }
+    support::assert_heap_wrapper_handed_on(
+        &exe,
+        &fatbin,
+        "libcudart",
+        &[
+            "spy: fat binary, handle returned",
+            "spy: function _Z1kPi, its handle",
+            "spy: unregister, its handle",
+        ],
+    );
 }
 
 /// One truth: on every capability of CUDA's tables (desktop, Tegra, the

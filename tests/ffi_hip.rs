@@ -659,44 +659,12 @@ fn beside_libamdhip64_a_heap_wrapper_is_handed_on() {
                 dir.display()
             )),
     );
-    for info in ["1", "0"] {
-        let out = run_ok(
-            Command::new(&exe)
-                .arg(&bundle)
-                .arg("_Z1kPi")
-                .env("OFFLOAD_LOADER_INFO", info),
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            "registered and unregistered\n"
-        );
-        let err = String::from_utf8_lossy(&out.stderr);
-        let spied: Vec<&str> = err.lines().filter(|l| l.starts_with("spy: ")).collect();
-        assert_eq!(
-            spied,
-            [
+    assert_heap_wrapper_handed_on(&exe, &bundle, "libamdhip64", &[
                 "spy: bundle host-x86_64-unknown-linux-gnu- hipv4-amdgcn-amd-amdhsa--gfx1100 hipv4-amdgcn-amd-amdhsa--gfx90a",
                 "spy: fat binary given, handle returned",
                 "spy: function _Z1kPi, its handle",
                 "spy: unregister, its handle",
-            ],
-            "{err}"
-        );
-        let ours: Vec<&str> = err
-            .lines()
-            .filter(|l| l.starts_with("offload-loader: "))
-            .collect();
-        if info == "1" {
-            assert!(
-                ours.iter()
-                    .any(|l| l.contains("is not in any loaded object")
-                        && l.ends_with("handed to libamdhip64 as it is; not selected here")),
-                "{err}"
-            );
-        } else {
-            assert!(ours.is_empty(), "{err}");
-        }
-    }
+            ]);
 }
 
 /// A KFD topology under `dir` (for `OFFLOAD_LOADER_KFD_ROOT`): a CPU node,

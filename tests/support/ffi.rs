@@ -354,3 +354,41 @@ impl Toolchain {
         plan
     }
 }
+
+/// Runs `exe`, tests/programs/heap_wrapper.c linked with this library, a
+/// spy and the vendor runtime `vendor`, on the fat binary `fatbin`, with
+/// `OFFLOAD_LOADER_INFO` on and off: the spy between the two sees the calls
+/// `spied` (the registration, the kernel and the unregistration, with the
+/// vendor's handle), and this library says it handed the wrapper on only
+/// under INFO.
+pub fn assert_heap_wrapper_handed_on(exe: &Path, fatbin: &Path, vendor: &str, spied: &[&str]) {
+    for info in ["1", "0"] {
+        let out = run_ok(
+            Command::new(exe)
+                .arg(fatbin)
+                .arg("_Z1kPi")
+                .env("OFFLOAD_LOADER_INFO", info),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "registered and unregistered\n"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        let seen: Vec<&str> = err.lines().filter(|l| l.starts_with("spy: ")).collect();
+        assert_eq!(seen, spied, "{err}");
+        let ours: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("offload-loader: "))
+            .collect();
+        let said = format!("handed to {vendor} as it is; not selected here");
+        if info == "1" {
+            assert!(
+                ours.iter()
+                    .any(|l| l.contains("is not in any loaded object") && l.ends_with(&said)),
+                "{err}"
+            );
+        } else {
+            assert!(ours.is_empty(), "{err}");
+        }
+    }
+}
