@@ -593,7 +593,7 @@ fn order(images: &[Image], present: Present<'_>) -> Option<Vec<usize>> {
 }
 
 /// The images whose own header can change [`first_fit_order`]: those some
-/// device would take over another image it can run too ([`meet`]), whose
+/// device would take over another image it can run too (by their IDs), whose
 /// header is not read yet. A first-fit runtime that compares container IDs
 /// only (clr's `extractCodeObjectFromFatBinary` compares bundle entry IDs)
 /// would hand such an image to that device even where its header says it
