@@ -20,6 +20,8 @@
 mod abi;
 #[path = "../../ffi/src/error.rs"]
 mod error;
+#[path = "../../ffi/src/fatbin.rs"]
+mod fatbin;
 #[path = "../../ffi/src/first_fit.rs"]
 mod first_fit;
 #[path = "../../ffi/src/handover.rs"]
@@ -52,6 +54,10 @@ mod slots;
 mod stack;
 #[path = "../../ffi/src/vendor.rs"]
 mod vendor;
+#[path = "../../ffi/src/vendor_terms.rs"]
+mod vendor_terms;
+#[path = "../../ffi/src/view.rs"]
+mod view;
 
 pub(crate) use abi::{guard, set_last_error};
 
