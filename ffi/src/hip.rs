@@ -203,30 +203,23 @@ fn record_managed(
     // initial value. `&x` in the program is then `init_value`, which is
     // what the variable is looked up by. libamdhip64, beside, sets it
     // again to its own allocation.
-    if !matches!(registry::handle(handle as usize), HandleState::Library(_)) {
-        // Reported by `add`, which refuses the handle.
-        add(
-            handle,
-            init_value,
-            std::ptr::null(),
-            name,
-            SymbolKind::Managed { size: size as u64 },
-        );
-        return;
+    // A handle that names no registered library: `add` refuses it and
+    // says why.
+    if matches!(registry::handle(handle as usize), HandleState::Library(_)) {
+        if pointer.is_null() || init_value.is_null() {
+            set_last_error("__hipRegisterManagedVar: a null pointer or initial value");
+            return;
+        }
+        if process::locate(pointer as usize).is_none() {
+            set_last_error(format!(
+                "__hipRegisterManagedVar: the pointer at {pointer:p} is in no loaded object"
+            ));
+            return;
+        }
+        // SAFETY: `pointer` is the address of clang's pointer variable `x`,
+        // a writable global of the registering object (checked to be loaded).
+        unsafe { *pointer = init_value };
     }
-    if pointer.is_null() || init_value.is_null() {
-        set_last_error("__hipRegisterManagedVar: a null pointer or initial value");
-        return;
-    }
-    if process::locate(pointer as usize).is_none() {
-        set_last_error(format!(
-            "__hipRegisterManagedVar: the pointer at {pointer:p} is in no loaded object"
-        ));
-        return;
-    }
-    // SAFETY: `pointer` is the address of clang's pointer variable `x`,
-    // a writable global of the registering object (checked to be loaded).
-    unsafe { *pointer = init_value };
     add(
         handle,
         init_value,
