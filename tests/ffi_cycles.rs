@@ -107,9 +107,7 @@ fn dlopen_cycles_beside_libomptarget_keep_memory_bounded() {
     .to_vec();
     let plain = cycles_program(&e, &dir, "plain", &omptarget);
     let beside = cycles_program(&e, &dir, "beside", &[loader_first(&e), omptarget].concat());
-    let hsa = dir.join("hsa");
-    std::fs::create_dir_all(&hsa).unwrap();
-    std::os::unix::fs::symlink(&e.fake, hsa.join("libhsa-runtime64.so")).unwrap();
+    let hsa = hsa_double_dir(&e, &dir);
     let cycles = 20_000;
     for info in ["0", "1"] {
         let run = |exe: &Path| {

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use support::*;
@@ -336,36 +336,15 @@ fn info_numbers_devices_as_libomptarget_does() {
     let Some(_) = libomptarget() else { return };
     let dir = scratch("omp-numbering");
     let written = ["gfx90a", "gfx90a:xnack-", "gfx90a:xnack+", "gfx90a"];
-    let mut args = vec![
-        "-DUSE_DEVICES".to_string(),
-        program("omp_descriptor.c").display().to_string(),
-    ];
-    args.extend(code_objects(&e, &dir, &written));
-    let build = e.build_dir.display().to_string();
-    args.extend([
-        format!("-L{build}"),
-        "-loffload_loader".into(),
-        format!("-Wl,-rpath,{build}"),
-        "-L/usr/lib/llvm-22/lib".into(),
-        "-lomptarget".into(),
-        "-Wl,-rpath,/usr/lib/llvm-22/lib".into(),
-        "-o".into(),
-        "numbering".into(),
-    ]);
-    run_ok(Command::new(&e.tc.clang).current_dir(&dir).args(&args));
-    let hsa = dir.join("hsa");
-    std::fs::create_dir_all(&hsa).unwrap();
-    std::os::unix::fs::symlink(&e.fake, hsa.join("libhsa-runtime64.so")).unwrap();
+    let images = code_objects(&e, &dir, &written);
+    let exe = devices_program(&e, &dir, &images, "numbering", true);
+    let hsa = hsa_double_dir(&e, &dir);
     let saved = dir.join("loaded");
     std::fs::create_dir_all(&saved).unwrap();
     let out = run_ok(
-        e.fake_driver(
-            &dir.join("numbering"),
-            "gfx1030;gfx90a:sramecc+:xnack-",
-            &dir.join("log"),
-        )
-        .env("LD_LIBRARY_PATH", &hsa)
-        .env("FAKE_HSA_SAVE_DIR", &saved),
+        e.fake_driver(&exe, "gfx1030;gfx90a:sramecc+:xnack-", &dir.join("log"))
+            .env("LD_LIBRARY_PATH", &hsa)
+            .env("FAKE_HSA_SAVE_DIR", &saved),
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
@@ -383,6 +362,30 @@ fn info_numbers_devices_as_libomptarget_does() {
         "{err}"
     );
     assert!(!err.contains("no binary for GPU"), "{err}");
+}
+
+/// `tests/programs/omp_descriptor.c` with `-DUSE_DEVICES` and the code
+/// objects `images` ([`code_objects`]), linked as `name` in `dir` with LLVM
+/// 22's libomptarget, and this library first when `loader`.
+fn devices_program(e: &Loader, dir: &Path, images: &[String], name: &str, loader: bool) -> PathBuf {
+    let build = e.build_dir.display().to_string();
+    let mut cmd = Command::new(&e.tc.clang);
+    cmd.current_dir(dir)
+        .arg("-DUSE_DEVICES")
+        .arg(program("omp_descriptor.c"))
+        .args(images);
+    if loader {
+        cmd.arg(format!("-L{build}"))
+            .arg("-loffload_loader")
+            .arg(format!("-Wl,-rpath,{build}"));
+    }
+    cmd.args(["-L/usr/lib/llvm-22/lib", "-lomptarget"]).args([
+        "-Wl,-rpath,/usr/lib/llvm-22/lib",
+        "-o",
+        name,
+    ]);
+    run_ok(&mut cmd);
+    dir.join(name)
 }
 
 /// A kernel `k` compiled by clang-22 for each of `targets` into
@@ -429,29 +432,8 @@ fn libomptarget_amdgpu_plugin_loads_this_librarys_choice() {
     let dir = scratch("omp-plugin");
     let written = ["gfx11-generic", "gfx1100", "gfx90a", "gfx90a:xnack+"];
     let images = code_objects(&e, &dir, &written);
-    let hsa = dir.join("hsa");
-    std::fs::create_dir_all(&hsa).unwrap();
-    std::os::unix::fs::symlink(&e.fake, hsa.join("libhsa-runtime64.so")).unwrap();
-    let build = e.build_dir.display().to_string();
-    let link = |name: &str, loader: bool| {
-        let mut cmd = Command::new(&e.tc.clang);
-        cmd.current_dir(&dir)
-            .arg("-DUSE_DEVICES")
-            .arg(program("omp_descriptor.c"))
-            .args(&images);
-        if loader {
-            cmd.arg(format!("-L{build}"))
-                .arg("-loffload_loader")
-                .arg(format!("-Wl,-rpath,{build}"));
-        }
-        cmd.args(["-L/usr/lib/llvm-22/lib", "-lomptarget"]).args([
-            "-Wl,-rpath,/usr/lib/llvm-22/lib",
-            "-o",
-            name,
-        ]);
-        run_ok(&mut cmd);
-        dir.join(name)
-    };
+    let hsa = hsa_double_dir(&e, &dir);
+    let link = |name: &str, loader: bool| devices_program(&e, &dir, &images, name, loader);
     let agents = ["gfx1100", "gfx90a:sramecc+:xnack+"];
     let run = |exe: &Path| {
         let saved = dir.join(format!(

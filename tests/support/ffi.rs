@@ -392,3 +392,14 @@ pub fn assert_heap_wrapper_handed_on(exe: &Path, fatbin: &Path, vendor: &str, sp
         }
     }
 }
+
+/// A directory in `dir` holding the HSA test double as
+/// `libhsa-runtime64.so`: on `LD_LIBRARY_PATH`, libomptarget's AMDGPU
+/// plugin `dlopen`s it.
+pub fn hsa_double_dir(e: &Loader, dir: &Path) -> PathBuf {
+    let hsa = dir.join("hsa");
+    std::fs::create_dir_all(&hsa).unwrap();
+    let _ = std::fs::remove_file(hsa.join("libhsa-runtime64.so"));
+    std::os::unix::fs::symlink(&e.fake, hsa.join("libhsa-runtime64.so")).unwrap();
+    hsa
+}
