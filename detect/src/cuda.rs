@@ -50,6 +50,10 @@ pub(crate) struct Api {
     module_get_function: sys::ModuleGetFunction,
     module_get_global: sys::ModuleGetGlobal,
     module_unload: sys::ModuleUnload,
+    link_create: sys::LinkCreate,
+    link_add_data: sys::LinkAddData,
+    link_complete: sys::LinkComplete,
+    link_destroy: sys::LinkDestroy,
 }
 
 impl std::fmt::Debug for Api {
@@ -83,6 +87,10 @@ pub(crate) fn open(library: Option<PathBuf>) -> Result<&'static Api, Reason> {
             module_get_function: resolve!(lib, path, "cuModuleGetFunction"),
             module_get_global: resolve!(lib, path, "cuModuleGetGlobal_v2"),
             module_unload: resolve!(lib, path, "cuModuleUnload"),
+            link_create: resolve!(lib, path, "cuLinkCreate_v2"),
+            link_add_data: resolve!(lib, path, "cuLinkAddData_v2"),
+            link_complete: resolve!(lib, path, "cuLinkComplete"),
+            link_destroy: resolve!(lib, path, "cuLinkDestroy"),
             path,
         })
     })

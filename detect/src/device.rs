@@ -109,13 +109,22 @@ impl Device {
     /// Loads `image` (an AMDGPU code object; a cubin, NVIDIA fat binary or
     /// PTX) on this device through the driver that found it.
     pub fn load(&self, image: &[u8]) -> Result<LoadedImage, DriverError> {
-        match self.driver {
-            Some(driver) => driver.load(image),
-            None => Err(DriverError::NoDriver {
-                device: self.index,
-                origin: self.source,
-            }),
-        }
+        self.driver()?.load(image)
+    }
+
+    /// Links `inputs`, the fat binaries of an `-rdc` program's objects, with
+    /// the driver's own linker for this device and loads the result, as
+    /// libcudart does where the device-link stub's fat binary has no image
+    /// for the device: CUDA devices only.
+    pub fn link(&self, inputs: &[&[u8]]) -> Result<LoadedImage, DriverError> {
+        self.driver()?.link(inputs)
+    }
+
+    fn driver(&self) -> Result<Driver, DriverError> {
+        self.driver.ok_or(DriverError::NoDriver {
+            device: self.index,
+            origin: self.source,
+        })
     }
 }
 

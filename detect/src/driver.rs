@@ -28,11 +28,16 @@ impl Driver {
             Driver::Hsa(driver) => Loaded::Hsa(driver.load(image)?),
             Driver::Cuda(driver) => Loaded::Cuda(driver.load(image)?),
         };
-        Ok(LoadedImage {
-            inner,
-            unloaded: AtomicBool::new(false),
-            shared: Mutex::new(Vec::new()),
-        })
+        Ok(LoadedImage::new(inner))
+    }
+
+    /// Links `inputs` (fat binaries of `-rdc` objects) with the driver's own
+    /// linker and loads the result: CUDA only.
+    pub(crate) fn link(self, inputs: &[&[u8]]) -> Result<LoadedImage, DriverError> {
+        match self {
+            Driver::Hsa(_) => Err(DriverError::Unsupported("linking fat binaries")),
+            Driver::Cuda(driver) => Ok(LoadedImage::new(Loaded::Cuda(driver.link(inputs)?))),
+        }
     }
 }
 
@@ -68,6 +73,14 @@ impl std::fmt::Debug for LoadedImage {
 }
 
 impl LoadedImage {
+    fn new(inner: Loaded) -> LoadedImage {
+        LoadedImage {
+            inner,
+            unloaded: AtomicBool::new(false),
+            shared: Mutex::new(Vec::new()),
+        }
+    }
+
     fn live(&self) -> Result<&Loaded, DriverError> {
         if self.unloaded.load(Ordering::Acquire) {
             Err(DriverError::Unloaded)

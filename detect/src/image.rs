@@ -46,6 +46,9 @@ pub enum DriverError {
     /// older than 3.0 (the first with `AMD_COMGR_ACTION_TRANSLATE_SPIRV_TO_BC`).
     #[error("SPIR-V is compiled at load by comgr 3.0 or later: {0}")]
     NoSpirvCompiler(String),
+    /// A call that succeeded gave nothing back.
+    #[error("{0} succeeded but returned no image")]
+    NoOutput(&'static str),
     /// What was asked has no implementation for this driver.
     #[error("{0} is not supported by this driver")]
     Unsupported(&'static str),

@@ -3,7 +3,9 @@
 //! Loading retains the device's primary context
 //! (`cuDevicePrimaryCtxRetain`) and runs `cuModuleLoadData` on a cubin, a
 //! fat binary or PTX (given a trailing NUL when it has none);
-//! `cuModuleGetFunction` and `cuModuleGetGlobal_v2` find symbols; unloading
+//! `cuModuleGetFunction` and `cuModuleGetGlobal_v2` find symbols. An `-rdc`
+//! program's objects are linked by the driver's own linker (`cuLink*`) and
+//! the result loaded the same way. Unloading
 //! is `cuModuleUnload`, then `cuDevicePrimaryCtxRelease_v2` balances the
 //! retain. Each of these module calls runs with the module's context pushed
 //! on the calling thread's context stack (`cuCtxPushCurrent_v2`) and popped
@@ -14,7 +16,7 @@
 use offload_loader::magic::{ELF as ELF_MAGIC, NV_FATBIN as FATBIN_MAGIC};
 use std::borrow::Cow;
 
-use super::sys::{CuDevice, CuDevicePtr, CuResult, Handle, SUCCESS};
+use super::sys::{CuDevice, CuDevicePtr, CuResult, Handle, JIT_INPUT_FATBINARY, SUCCESS};
 use super::Api;
 use crate::image::{c_name, DriverError, Global, KernelHandle};
 
@@ -64,8 +66,46 @@ impl Driver {
     /// Loads `image` in the device's primary context. On failure the retain
     /// on the context is released again.
     pub(crate) fn load(self, image: &[u8]) -> Result<Loaded, DriverError> {
-        let Driver { api, device } = self;
         let data = complete_image(image)?;
+        self.load_in_context(|api| module_load_data(api, &data))
+    }
+
+    /// Links `inputs`, fat binaries of `-rdc` objects, with the driver's own
+    /// linker for the device (`cuLinkCreate_v2`, one `cuLinkAddData_v2` of
+    /// `CU_JIT_INPUT_FATBINARY` each, `cuLinkComplete`), and loads the
+    /// linked cubin in the device's primary context, as libcudart does for a
+    /// device-link stub whose own fat binary has no image for the device
+    /// (crt/link.stub hands it the objects' fat binaries). The linker picks
+    /// from each fat binary the code that fits (a cubin of the device's
+    /// architecture, else PTX it compiles). The link state is destroyed once
+    /// the module is loaded.
+    pub(crate) fn link(self, inputs: &[&[u8]]) -> Result<Loaded, DriverError> {
+        for input in inputs {
+            if !input.starts_with(FATBIN_MAGIC) {
+                return Err(DriverError::Unsupported(
+                    "linking anything but fat binaries",
+                ));
+            }
+            complete_image(input)?;
+        }
+        self.load_in_context(|api| {
+            let state = LinkState::create(api)?;
+            for (i, input) in inputs.iter().enumerate() {
+                state.add_fatbin(input, i)?;
+            }
+            let cubin = state.complete()?;
+            module_load_data(api, cubin)
+        })
+    }
+
+    /// Retains the device's primary context, runs `make` with it pushed on
+    /// the calling thread's stack, and pops it: the module `make` loaded,
+    /// holding the retain. On failure the retain is released again.
+    fn load_in_context(
+        self,
+        make: impl FnOnce(&Api) -> Result<Handle, DriverError>,
+    ) -> Result<Loaded, DriverError> {
+        let Driver { api, device } = self;
         let mut context: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer; `device` is a CUdevice the driver gave.
         check(api, "cuDevicePrimaryCtxRetain", unsafe {
@@ -81,17 +121,15 @@ impl Driver {
             release_quietly();
             return Err(e);
         }
-        let mut module: Handle = std::ptr::null_mut();
-        // SAFETY: `data` is a complete image (checked by `complete_image`);
-        // the driver copies what it needs before returning.
-        let result = check(api, "cuModuleLoadData", unsafe {
-            (api.module_load_data)(&mut module, data.as_ptr().cast())
-        });
+        let result = make(api);
         let popped = pop(api);
-        if let Err(e) = result {
-            release_quietly();
-            return Err(e);
-        }
+        let module = match result {
+            Ok(module) => module,
+            Err(e) => {
+                release_quietly();
+                return Err(e);
+            }
+        };
         let loaded = Loaded {
             api,
             device,
@@ -105,6 +143,84 @@ impl Driver {
             return Err(e);
         }
         Ok(loaded)
+    }
+}
+
+/// `cuModuleLoadData` of `data`, a complete image, in the current context.
+fn module_load_data(api: &Api, data: &[u8]) -> Result<Handle, DriverError> {
+    let mut module: Handle = std::ptr::null_mut();
+    // SAFETY: `data` is a complete image (checked by `complete_image`, or a
+    // cubin the driver's linker wrote); the driver copies what it needs
+    // before returning.
+    check(api, "cuModuleLoadData", unsafe {
+        (api.module_load_data)(&mut module, data.as_ptr().cast())
+    })?;
+    Ok(module)
+}
+
+/// A `CUlinkState` of the current context, destroyed when dropped (which
+/// frees the cubin `cuLinkComplete` gave).
+struct LinkState<'a> {
+    api: &'a Api,
+    state: Handle,
+}
+
+impl<'a> LinkState<'a> {
+    /// `cuLinkCreate_v2` with no options.
+    fn create(api: &'a Api) -> Result<LinkState<'a>, DriverError> {
+        let mut state: Handle = std::ptr::null_mut();
+        // SAFETY: no options (both arrays may be null with a count of 0);
+        // an out-pointer.
+        check(api, "cuLinkCreate_v2", unsafe {
+            (api.link_create)(0, std::ptr::null_mut(), std::ptr::null_mut(), &mut state)
+        })?;
+        Ok(LinkState { api, state })
+    }
+
+    /// `cuLinkAddData_v2` of fat binary `input`, named `object <i>`.
+    fn add_fatbin(&self, input: &[u8], i: usize) -> Result<(), DriverError> {
+        let name = c_name(&format!("object {i}"))?;
+        // SAFETY: a live link state; `input` is a complete fat binary of
+        // `input.len()` bytes, which the driver reads (never writes, though
+        // cuda.h types it `void *`) during the call; a NUL-terminated name;
+        // no options.
+        check(self.api, "cuLinkAddData_v2", unsafe {
+            (self.api.link_add_data)(
+                self.state,
+                JIT_INPUT_FATBINARY,
+                input.as_ptr() as *mut _,
+                input.len(),
+                name.as_ptr(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    /// `cuLinkComplete`: the linked cubin, valid while `self` lives.
+    fn complete(&self) -> Result<&[u8], DriverError> {
+        let (mut cubin, mut size): (*mut std::ffi::c_void, usize) = (std::ptr::null_mut(), 0);
+        // SAFETY: a live link state; out-pointers.
+        check(self.api, "cuLinkComplete", unsafe {
+            (self.api.link_complete)(self.state, &mut cubin, &mut size)
+        })?;
+        if cubin.is_null() {
+            return Err(DriverError::NoOutput("cuLinkComplete"));
+        }
+        // SAFETY: the driver's linked cubin, `size` bytes, owned by the link
+        // state until `cuLinkDestroy`, which runs only when `self` drops.
+        Ok(unsafe { std::slice::from_raw_parts(cubin.cast::<u8>(), size) })
+    }
+}
+
+impl Drop for LinkState<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a link state `cuLinkCreate_v2` made, destroyed once.
+        let result = unsafe { (self.api.link_destroy)(self.state) };
+        if result != SUCCESS {
+            tracing::debug!(status = %self.api.status(result), "cuLinkDestroy failed");
+        }
     }
 }
 

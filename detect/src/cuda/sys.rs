@@ -46,3 +46,27 @@ pub type ModuleGetFunction = unsafe extern "C" fn(*mut Handle, Handle, *const c_
 pub type ModuleGetGlobal =
     unsafe extern "C" fn(*mut CuDevicePtr, *mut usize, Handle, *const c_char) -> CuResult;
 pub type ModuleUnload = unsafe extern "C" fn(Handle) -> CuResult;
+/// `CU_JIT_INPUT_FATBINARY` (`CUjitInputType`): a fat binary, from which
+/// the driver's linker takes the code that fits the context's device.
+pub const JIT_INPUT_FATBINARY: c_int = 2;
+/// `cuLinkCreate_v2(unsigned numOptions, CUjit_option *, void **values,
+/// CUlinkState *out)` (what `cuLinkCreate` names since CUDA 6.5).
+pub type LinkCreate =
+    unsafe extern "C" fn(c_uint, *mut c_int, *mut *mut c_void, *mut Handle) -> CuResult;
+/// `cuLinkAddData_v2(CUlinkState, CUjitInputType, void *data, size_t size,
+/// const char *name, unsigned numOptions, CUjit_option *, void **values)`.
+pub type LinkAddData = unsafe extern "C" fn(
+    Handle,
+    c_int,
+    *mut c_void,
+    usize,
+    *const c_char,
+    c_uint,
+    *mut c_int,
+    *mut *mut c_void,
+) -> CuResult;
+/// `cuLinkComplete(CUlinkState, void **cubinOut, size_t *sizeOut)`: the
+/// linked cubin belongs to the link state until `cuLinkDestroy`.
+pub type LinkComplete = unsafe extern "C" fn(Handle, *mut *mut c_void, *mut usize) -> CuResult;
+/// `cuLinkDestroy(CUlinkState)`.
+pub type LinkDestroy = unsafe extern "C" fn(Handle) -> CuResult;

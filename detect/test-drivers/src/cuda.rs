@@ -26,9 +26,9 @@ const INVALID_HANDLE: c_int = 400;
 const NOT_FOUND: c_int = 500;
 const CONTEXT_BASE: usize = 0x1000;
 
-struct DeviceSpec {
-    major: c_int,
-    minor: c_int,
+pub(crate) struct DeviceSpec {
+    pub(crate) major: c_int,
+    pub(crate) minor: c_int,
     name: String,
 }
 
@@ -92,6 +92,11 @@ fn current_device() -> Option<c_int> {
     with_stack(|s| s.last().copied())
         .flatten()
         .and_then(|ctx| context_device(ctx as *mut c_void))
+}
+
+/// The device of the context current on this thread, as configured.
+pub(crate) fn current_spec() -> Option<DeviceSpec> {
+    device(current_device()?)
 }
 
 /// Images loaded by `cuModuleLoadData`, by module handle - 1.

@@ -54,6 +54,7 @@
 
 mod comgr;
 mod cuda;
+mod cuda_link;
 mod hsa;
 mod hsa_runtime;
 
