@@ -96,7 +96,9 @@ fn nvcc_program_registers_selects_and_resolves() {
     }
 }
 
-/// The `-rdc` recipe of the README, run as it is written there: objects
+/// The `-rdc` recipe of the README, run as it is written there (and on
+/// GPUs newer than its `-arch`, for which the objects are linked at load as
+/// libcudart links them): objects
 /// compiled with `-rdc=true
 /// -cudart none`, device-linked by `nvcc -dlink` *without* `-cudart none`
 /// (which would imply `-nodlink`), and linked with `liboffload_loader`: the
@@ -125,7 +127,7 @@ fn rdc_programs_link_and_resolve_across_translation_units() {
          int main() {\n  uint64_t k = 0;\n\
            int r = offload_loader_kernel((const void *)use, 0, &k);\n\
            printf(\"kernel use: %s\\n\", r == 0 ? \"resolved\" : offload_loader_last_error());\n\
-           return r != 0;\n}\n",
+           return 0;\n}\n",
     )
     .unwrap();
     std::fs::write(
@@ -176,7 +178,58 @@ fn rdc_programs_link_and_resolve_across_translation_units() {
         stdout.contains("kernel use: resolved"),
         "{stdout}\n{stderr}"
     );
-    assert!(log.lines().any(|l| l.starts_with("cuda load")), "{log}");
+    assert!(
+        log.lines().any(|l| l.starts_with("cuda load sm_80")),
+        "{log}"
+    );
+    assert!(!log.contains("cuda link"), "{log}");
+    // Newer GPUs, which the stub has no image for: as libcudart does, the
+    // objects' fat binaries go to the driver's linker, which takes each
+    // object's PTX, and the linked result is loaded.
+    for (device, sm) in [("9.0", "sm_90"), ("12.0", "sm_120")] {
+        let (stdout, stderr, log) = run(&dir.join("app"), device);
+        assert!(
+            stdout.contains("kernel use: resolved"),
+            "{device}: {stdout}\n{stderr}\n{log}"
+        );
+        let taken: Vec<&str> = log
+            .lines()
+            .filter(|l| l.starts_with("cuda link ") && !l.contains(" complete "))
+            .collect();
+        assert_eq!(
+            taken,
+            [
+                format!("cuda link {sm} ptx sm_80"),
+                format!("cuda link {sm} ptx sm_80"),
+            ],
+            "{log}"
+        );
+        let complete = log
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cuda link complete {sm} 2 ")))
+            .unwrap_or_else(|| panic!("{device}: no link completed: {log}"));
+        assert!(
+            log.contains(&format!("cuda load {sm} {complete} ")),
+            "{device}: the linked image is what was loaded: {log}"
+        );
+        assert!(
+            stderr.contains("the CUDA driver links its 2 objects for it at load")
+                && stderr.contains("linked from its 2 objects by the CUDA driver"),
+            "{device}: {stderr}"
+        );
+    }
+    // Older than the objects' PTX: nothing to link, said before any call.
+    let (stdout, stderr, log) = run(&dir.join("app"), "7.5");
+    assert!(stdout.contains("no compatible image"), "{stdout}");
+    assert!(
+        stderr.contains("its objects cannot be linked for it")
+            && stderr.contains("PTX for sm_80 cannot be compiled for the older sm_75"),
+        "{stderr}"
+    );
+    assert!(
+        !log.contains("cuda link") && !log.contains("cuda load"),
+        "{log}"
+    );
 }
 
 /// `__managed__` variables of an `nvcc -cudart none` program (nvcc 13),

@@ -96,6 +96,12 @@ fn locate_fatbin(
         object: object.object.to_raw(),
         start: info.fatbin as usize,
         pin: object.keep().map_or(0, Pin::to_raw),
+        // crt/link.stub: a device-link stub's wrapper (`FATBINC_LINK_VERSION`)
+        // points at `__cudaPrelinkedFatbins`, filled before it registers.
+        linked: match (info.kind, info.version) {
+            (WrapperKind::Cuda, 2) => info.aux as usize,
+            _ => 0,
+        },
     })
 }
 

@@ -43,6 +43,7 @@ mod handover;
 mod hip;
 mod info;
 mod library;
+mod link;
 mod loader_lock;
 mod lock;
 mod objects;

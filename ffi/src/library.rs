@@ -23,6 +23,7 @@ use offload_loader::{select, Container, Content, Image, ImageSource, Limits, Pol
 use once_cell::race::OnceBox;
 
 use crate::error::Error;
+use crate::link::{self, Linked};
 use crate::loader_lock::Inside;
 use crate::objects::Pin;
 use crate::process::{self, Located, ObjectName};
@@ -43,6 +44,9 @@ pub(crate) enum Images {
         /// Published with one compare-and-swap, never initialised under a
         /// lock (a thread forked away mid-parse leaves no waiter behind).
         parsed: OnceBox<Result<Container<'static>, offload_loader::Error>>,
+        /// A CUDA device-link stub's objects' fat binaries (see
+        /// [`crate::link`]), each to the end of its segment.
+        linked: Vec<Linked>,
     },
     /// Images listed by a `__tgt_bin_desc`, with each image's code in this
     /// process's memory.
@@ -110,8 +114,22 @@ pub(crate) struct Made {
     /// never freed).
     detection: *const Detection,
     pub selections: Vec<Selection>,
+    /// Per device: its module is linked from the program's objects by the
+    /// CUDA driver, the stub having no image for it ([`crate::link`]).
+    pub linked: Vec<bool>,
     pub modules: Vec<ModuleCell>,
     next: *mut Made,
+}
+
+impl Made {
+    /// Whether `device` has code: an image selected, or the objects of an
+    /// `-rdc` stub linked for it.
+    pub(crate) fn has_code(&self, device: usize) -> bool {
+        self.selections
+            .get(device)
+            .is_some_and(|s| s.chosen.is_some())
+            || self.linked.get(device).copied().unwrap_or(false)
+    }
 }
 
 // SAFETY: `detection` and `next` are only compared and followed, never
@@ -172,10 +190,11 @@ impl Library {
     pub(crate) fn from_slot(
         id: usize,
         fatbin: Fatbin,
-        locate: impl FnOnce(usize) -> Option<Located>,
+        mut locate: impl FnMut(usize) -> Option<Located>,
     ) -> Library {
         // The library reaches these bytes only until `revoke`.
-        let bytes = fatbin_bytes(&fatbin, locate);
+        let bytes = fatbin_bytes(&fatbin, &mut locate);
+        let linked = link::inputs(&fatbin, &mut locate);
         Library::new(
             id,
             Origin {
@@ -186,6 +205,7 @@ impl Library {
             Images::Fatbin {
                 bytes,
                 parsed: OnceBox::new(),
+                linked,
             },
             fatbin.runtime,
         )
@@ -258,11 +278,13 @@ impl Library {
         &self,
         detection: &Detection,
         selections: Vec<Selection>,
+        linked: Vec<bool>,
     ) -> (&Made, bool) {
         let modules = selections.iter().map(|_| ModuleCell::new()).collect();
         let node = Box::into_raw(Box::new(Made {
             detection,
             selections,
+            linked,
             modules,
             next: std::ptr::null_mut(),
         }));
@@ -293,14 +315,24 @@ impl Library {
 /// caller uses them only while the registration lasts.
 pub(crate) fn fatbin_bytes(
     fatbin: &Fatbin,
-    locate: impl FnOnce(usize) -> Option<Located>,
+    locate: impl FnMut(usize) -> Option<Located>,
 ) -> Option<&'static [u8]> {
-    let segment = Pin::from_raw(fatbin.pin)
-        .and_then(|pin| pin.segment(fatbin.start))
-        .or_else(|| Some(locate(fatbin.start)?.segment))?;
+    let segment = segment_of(fatbin, fatbin.start, locate)?;
     // SAFETY: the range lies in a loaded segment of the registering object,
     // which stays loaded until its destructor unregisters this fat binary.
     Some(unsafe { process::memory(fatbin.start..segment.end) })
+}
+
+/// The loaded segment that holds `addr`, a place the registration of
+/// `fatbin` names: found in its pinned object or else by `locate`.
+pub(crate) fn segment_of(
+    fatbin: &Fatbin,
+    addr: usize,
+    mut locate: impl FnMut(usize) -> Option<Located>,
+) -> Option<std::ops::Range<usize>> {
+    Pin::from_raw(fatbin.pin)
+        .and_then(|pin| pin.segment(addr))
+        .or_else(|| Some(locate(addr)?.segment))
 }
 
 /// A library entered by a reader: its memory stays mapped while this lives.
@@ -334,7 +366,7 @@ impl ImageSource for Reading<'_> {
 impl Reading<'_> {
     /// The fat binary's container, parsed now if it was not yet.
     fn container(&self) -> Result<&Container<'_>, &offload_loader::Error> {
-        let Images::Fatbin { bytes, parsed } = &self.lib.source else {
+        let Images::Fatbin { bytes, parsed, .. } = &self.lib.source else {
             unreachable!("only fat binaries have a container")
         };
         let parsed = parsed.get_or_init(|| {
@@ -385,6 +417,38 @@ impl Reading<'_> {
     /// [`offload_loader::select()`], the function `offload-probe` calls.
     pub(crate) fn select_all(&self, devices: &[Device]) -> Vec<Selection> {
         select_all(self, self.lib.runtime, devices)
+    }
+
+    /// What the CUDA driver's linker would take for each of `devices` from
+    /// the objects of a device-link stub (see [`crate::link`]); `None` for
+    /// every device when this is no stub.
+    pub(crate) fn link_plans(
+        &self,
+        devices: &[Device],
+        selections: &[Selection],
+    ) -> Vec<Option<link::Plan>> {
+        if selections.iter().all(|s| s.chosen.is_some()) {
+            return vec![None; devices.len()];
+        }
+        link::plans(&link::objects(self.linked()), devices, selections)
+    }
+
+    /// Copies of a device-link stub's objects' fat binaries, for the
+    /// driver's linker.
+    pub(crate) fn link_inputs(&self) -> Result<Vec<Vec<u8>>, Error> {
+        link::copies(self.linked()).map_err(|why| {
+            Error::NoImage(format!(
+                "{}: its objects cannot be linked: {why}",
+                self.origin()
+            ))
+        })
+    }
+
+    fn linked(&self) -> &[Linked] {
+        match &self.lib.source {
+            Images::Fatbin { linked, .. } => linked,
+            Images::Listed { .. } => &[],
+        }
     }
 
     /// The bytes of image `index`, borrowed from the process's memory or
@@ -452,6 +516,7 @@ impl Reading<'_> {
         &self,
         devices: &[Device],
         selections: &[Selection],
+        plans: &[Option<link::Plan>],
         info: bool,
     ) -> Vec<Message> {
         let origin = self.origin();
@@ -461,13 +526,14 @@ impl Reading<'_> {
             &origin,
             self.images(),
             devices,
-            selections,
+            (selections, plans),
             info,
         )
     }
 
     /// What a report needs of this library, copied out of its memory: the
-    /// images, each with what its header says where that is cheap to read.
+    /// images, each with what its header says where that is cheap to read,
+    /// and those of a device-link stub's objects.
     pub(crate) fn snapshot(&self) -> Snapshot {
         let mut images = self.images().to_vec();
         for (i, image) in images.iter_mut().enumerate() {
@@ -480,6 +546,7 @@ impl Reading<'_> {
             origin: self.origin(),
             runtime: self.lib.runtime,
             images,
+            objects: link::objects(self.linked()),
         }
     }
 }
@@ -491,6 +558,7 @@ pub(crate) struct Snapshot {
     origin: String,
     runtime: Runtime,
     images: Vec<Image>,
+    objects: Vec<link::Object>,
 }
 
 impl ImageSource for Snapshot {
@@ -521,13 +589,14 @@ impl Snapshot {
         selections: &[Selection],
         info: bool,
     ) -> Vec<Message> {
+        let plans = link::plans(&self.objects, devices, selections);
         report(
             self.id,
             self.runtime,
             &self.origin,
             &self.images,
             devices,
-            selections,
+            (selections, &plans),
             info,
         )
     }
@@ -592,7 +661,7 @@ fn report(
     origin: &str,
     images: &[Image],
     devices: &[Device],
-    selections: &[Selection],
+    (selections, plans): (&[Selection], &[Option<link::Plan>]),
     info: bool,
 ) -> Vec<Message> {
     let numbers = vendor_terms::numbers(runtime, images, devices);
@@ -625,33 +694,69 @@ fn report(
                 )));
             }
             Some(_) => {}
-            None if images
-                .iter()
-                .any(|i| i.triple.gpu_vendor() == Some(device.target.vendor())) =>
-            {
-                let (consequence, why) = (
+            // An `-rdc` stub with no image for the device: libcudart links
+            // its objects for it, and so does this library.
+            None => match plans.get(d).and_then(Option::as_ref) {
+                Some(Ok(taken)) if info => out.push(Message::Info(format!(
+                    "library {id} ({origin}): {named}: no image in this device-link stub; \
+                     the CUDA driver links its {} objects for it at load, as libcudart does: {}",
+                    taken.len(),
+                    taken.join("; ")
+                ))),
+                Some(Ok(_)) => {}
+                Some(Err(why)) => out.push(Message::Warning(format!(
+                    "no binary for GPU: {named} has no compatible image in {origin}, \
+                     and its objects cannot be linked for it ({}); {why}; {}",
                     vendor_terms::consequence(runtime),
-                    reasons(images, selection),
-                );
-                out.push(match runtime {
-                    // libomptarget skips the device: nothing fails.
-                    Runtime::OpenMp if info => Message::Info(format!(
-                        "library {id} ({origin}): {named}: no compatible image, {consequence}; {why}"
-                    )),
-                    Runtime::OpenMp => continue,
-                    _ => Message::Warning(format!(
-                        "no binary for GPU: {named} has no compatible image in {origin} ({consequence}); {why}"
-                    )),
-                });
-            }
-            None if info => out.push(Message::Info(format!(
-                "library {id} ({origin}): {named}: no {} code in this library",
-                device.target.vendor()
-            ))),
-            None => {}
+                    reasons(images, selection)
+                ))),
+                None => not_found(
+                    &mut out,
+                    (id, runtime, origin, images),
+                    device,
+                    selection,
+                    &named,
+                    info,
+                ),
+            },
         }
     }
     out
+}
+
+/// What to say of `device` when `selection` found no image of the library
+/// (`id`, `runtime`, `origin`, `images`) for it, see [`report`].
+fn not_found(
+    out: &mut Vec<Message>,
+    (id, runtime, origin, images): (usize, Runtime, &str, &[Image]),
+    device: &Device,
+    selection: &Selection,
+    named: &str,
+    info: bool,
+) {
+    let vendor = device.target.vendor();
+    if !images.iter().any(|i| i.triple.gpu_vendor() == Some(vendor)) {
+        if info {
+            out.push(Message::Info(format!(
+                "library {id} ({origin}): {named}: no {vendor} code in this library"
+            )));
+        }
+        return;
+    }
+    let (consequence, why) = (
+        vendor_terms::consequence(runtime),
+        reasons(images, selection),
+    );
+    out.push(match runtime {
+        // libomptarget skips the device: nothing fails.
+        Runtime::OpenMp if info => Message::Info(format!(
+            "library {id} ({origin}): {named}: no compatible image, {consequence}; {why}"
+        )),
+        Runtime::OpenMp => return,
+        _ => Message::Warning(format!(
+            "no binary for GPU: {named} has no compatible image in {origin} ({consequence}); {why}"
+        )),
+    });
 }
 
 /// A message made inside a reader, said outside it (see `info::say`).

@@ -169,6 +169,7 @@ pub(crate) fn register_fatbin(fatbin: Option<Fatbin>, runtime: Runtime) -> (usiz
                 object: 0,
                 start: 0,
                 pin: 0,
+                linked: 0,
             }),
         ),
     };

@@ -385,7 +385,7 @@ fn load_everything(library: &Library, detection: &'static Detection) -> bool {
     let mut loaded = false;
     let symbols = registry::symbols(library.id);
     for device in 0..made.selections.len() {
-        if made.selections[device].chosen.is_none() {
+        if !made.has_code(device) {
             continue;
         }
         if let Err(e) = module(library, detection, made, device) {
@@ -409,16 +409,24 @@ pub(crate) fn made<'l>(library: &'l Library, detection: &'static Detection) -> O
     if let Some(made) = library.made(detection) {
         return Some(made);
     }
-    let (selections, messages) = {
+    let (selections, linked, messages) = {
         let reading = library.enter()?;
         let selections = reading.select_all(&detection.devices);
-        let mut messages = reading.report(&detection.devices, &selections, info::enabled());
+        let plans = reading.link_plans(&detection.devices, &selections);
+        let mut messages = reading.report(&detection.devices, &selections, &plans, info::enabled());
         if let Some(failure) = reading.parse_failure() {
             messages.insert(0, Message::Warning(failure));
         }
-        (selections, messages)
+        // A device the stub has no image for is linked for, where every
+        // object has an image for it.
+        let linked = selections
+            .iter()
+            .zip(&plans)
+            .map(|(s, plan)| s.chosen.is_none() && matches!(plan, Some(Ok(_))))
+            .collect();
+        (selections, linked, messages)
     };
-    let (made, ours) = library.publish(detection, selections);
+    let (made, ours) = library.publish(detection, selections, linked);
     if ours {
         info::say(messages);
     }
@@ -448,7 +456,11 @@ fn module(
     }
     let selection = made.selections.get(device).ok_or_else(no_device)?;
     let target = detection.devices.get(device).ok_or_else(no_device)?;
-    let loaded = load(library, selection, target, device);
+    let loaded = if selection.chosen.is_none() && made.has_code(device) {
+        link(library, target, device)
+    } else {
+        load(library, selection, target, device)
+    };
     let _ = cell.set(Box::new(loaded.clone()));
     cell.get().cloned().unwrap_or(loaded)
 }
@@ -502,6 +514,34 @@ fn load(
             device,
             source: Box::new(source),
         })?;
+    share_managed(library, &loaded, device);
+    Ok(loaded)
+}
+
+/// Copies the objects of `library`, an `-rdc` device-link stub, out of it,
+/// then links the copies with the CUDA driver's linker for `target` (device
+/// `device`) and loads the result, said in INFO (see [`crate::link`]).
+fn link(library: &Library, target: &Device, device: usize) -> Result<Arc<LoadedImage>, Error> {
+    let (inputs, origin) = {
+        let reading = library.enter().ok_or(Error::NoLibrary(library.id as i64))?;
+        (reading.link_inputs()?, reading.origin())
+    };
+    loader_lock::check("a driver link");
+    let slices: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+    let loaded = target
+        .link(&slices)
+        .map(Arc::new)
+        .map_err(|source| Error::Driver {
+            origin: origin.clone(),
+            what: format!("linking its {} objects", inputs.len()),
+            device,
+            source: Box::new(source),
+        })?;
+    info::say([Message::Info(format!(
+        "device {device} {}: {origin}: linked from its {} objects by the CUDA driver",
+        target.target,
+        inputs.len()
+    ))]);
     share_managed(library, &loaded, device);
     Ok(loaded)
 }
@@ -582,7 +622,7 @@ fn resolve(
         .ok()
         .filter(|&d| d < made.selections.len())
         .ok_or(Error::NoDevice(device))?;
-    if made.selections[d].chosen.is_none() {
+    if !made.has_code(d) {
         let reading = library.enter().ok_or_else(|| Error::NoSymbol(what()))?;
         return Err(Error::NoImage(format!(
             "{}: device {device} has no compatible image for {}{}",

@@ -84,6 +84,9 @@ pub(crate) struct Fatbin {
     pub start: usize,
     /// The registration's pin on its object (`Pin::to_raw`), or 0.
     pub pin: u64,
+    /// A CUDA device-link stub's (version 2 wrapper's) array of its
+    /// objects' fat binaries, or 0.
+    pub linked: usize,
 }
 
 #[derive(Default)]
@@ -93,6 +96,7 @@ pub(crate) struct Slot {
     object: AtomicUsize,
     start: AtomicUsize,
     pin: AtomicU64,
+    linked: AtomicUsize,
 }
 
 impl Slot {
@@ -113,6 +117,7 @@ impl Slot {
             object: self.object.load(Ordering::Relaxed),
             start: self.start.load(Ordering::Relaxed),
             pin: self.pin.load(Ordering::Relaxed),
+            linked: self.linked.load(Ordering::Relaxed),
         })
     }
 
@@ -167,6 +172,7 @@ pub(crate) fn push(state: State, fatbin: Option<Fatbin>) -> usize {
         slot.object.store(f.object, Ordering::Relaxed);
         slot.start.store(f.start, Ordering::Relaxed);
         slot.pin.store(f.pin, Ordering::Relaxed);
+        slot.linked.store(f.linked, Ordering::Relaxed);
     }
     slot.state.store(state as u8, Ordering::Release);
     id

@@ -32,6 +32,8 @@ mod hip;
 mod info;
 #[path = "../../ffi/src/library.rs"]
 mod library;
+#[path = "../../ffi/src/link.rs"]
+mod link;
 #[path = "../../ffi/src/loader_lock.rs"]
 mod loader_lock;
 #[path = "../../ffi/src/lock.rs"]
