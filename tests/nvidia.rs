@@ -750,3 +750,61 @@ fn emptied_modules_still_count() {
         assert!(human.contains("FAILS"), "{human}");
     }
 }
+
+/// An `-rdc` program (objects compiled `-rdc=true -arch=sm_80`, the
+/// device-link stub for sm_80 only), as libcudart loads it: on sm_80 the
+/// stub's cubin; on a newer GPU the objects' fat binaries linked at load
+/// (their PTX); on an older one nothing. The probe's verdict says so, the
+/// objects' fat binaries are no modules of their own, and a slimmed copy
+/// keeps what the link needs.
+#[test]
+fn rdc_programs_are_judged_as_their_runtime_links_them() {
+    let Some(cuda) = support::cuda() else { return };
+    let Some(probe) = support::built("offload-probe") else {
+        return;
+    };
+    let exe = cuda.nvcc(&["-rdc=true", "-arch=sm_80"], NvOutput::Executable);
+    let verdict = |file: &Path, device: &str| {
+        let out = Command::new(&probe)
+            .args(["--json", "--device", device])
+            .arg(file)
+            .env_remove("OFFLOAD_LOADER_DEVICES")
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = report["objects"][0]["verdicts"][0].clone();
+        let group = v["groups"][0].clone();
+        (
+            v["verdict"].as_str().unwrap().to_string(),
+            group["modules"].as_u64().unwrap(),
+            group["linked_at_load"].as_u64().unwrap(),
+            v["why"].as_str().unwrap().to_string(),
+        )
+    };
+    // The stub is the one module, whatever the number of objects.
+    let (v, modules, linked, _) = verdict(&exe, "sm_80");
+    assert_eq!((v.as_str(), modules, linked), ("loads", 1, 0));
+    for device in ["sm_90", "sm_120"] {
+        let (v, modules, linked, why) = verdict(&exe, device);
+        assert_eq!((v.as_str(), modules, linked), ("loads", 1, 1), "{device}");
+        assert!(why.contains("linking its objects' code at load"), "{why}");
+    }
+    let (v, modules, linked, _) = verdict(&exe, "sm_75");
+    assert_eq!((v.as_str(), modules, linked), ("fails", 1, 0));
+    // Slimmed for sm_90: what the link needs stays (slim judges by the
+    // same verdict, and refuses a result that would lose it).
+    let dir = support::temp_dir();
+    let out = Command::new(&probe)
+        .args(["slim", "--device", "sm_90", "--output"])
+        .arg(&*dir)
+        .arg(&exe)
+        .env_remove("OFFLOAD_LOADER_DEVICES")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let slimmed = dir.join(exe.file_name().unwrap());
+    // Still linked for sm_90 (every object keeps an image for it); no
+    // longer loaded on sm_80 by the stub's own cubin.
+    let (v, _, linked, _) = verdict(&slimmed, "sm_90");
+    assert_eq!((v.as_str(), linked), ("loads", 1));
+}

@@ -9,6 +9,13 @@
 //! no module. Which modules count does not depend on the device: nvlink's
 //! kernel-less `*_dlink` stub is decided once per module, so the counts for
 //! two devices add up to the same whole.
+//!
+//! An `-rdc` program is the exception to "one scope, one module": its
+//! objects' fat binaries (`__nv_relfatbin` of a linked file) are no modules
+//! of their own but the inputs of its device-link stub, whose wrapper
+//! (version 2, crt/link.stub) hands them to the runtime. A stub with no
+//! image for a device is linked for it at load, as libcudart does, where
+//! every input has an image for the device ([`Link`]).
 
 use crate::container::{Format, Scope};
 use crate::discover::OffloadSection;
@@ -28,6 +35,22 @@ pub struct Module {
     pub nvidia: bool,
     /// An NVIDIA fat binary without kernels: no device needs an image of it.
     pub kernel_less: bool,
+    /// Its part in an `-rdc` program.
+    pub link: Link,
+}
+
+/// A module's part in an `-rdc` program (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Link {
+    /// None: it stands alone.
+    #[default]
+    None,
+    /// A device-link stub: where it has no image for a device, the
+    /// runtime links the inputs for it.
+    Stub,
+    /// An object's fat binary, one of the stubs' inputs, never loaded by
+    /// itself.
+    Input,
 }
 
 impl Module {
@@ -36,9 +59,17 @@ impl Module {
     /// holds NVIDIA code, a bundle registered with HIP AMD code. The
     /// kernel-less test inflates at most a small cubin per fat binary, and
     /// is asked only where nvlink writes its stub (not of a fat binary kept
-    /// among host data, which is the library's own module).
-    pub fn of(section: &OffloadSection, scope: &Scope<'_, '_>) -> Module {
+    /// among host data, which is the library's own module). `stubs` are the
+    /// addresses the file's version 2 CUDA wrappers point at
+    /// ([`crate::discover::link_stubs`]): a fat binary there is a
+    /// device-link stub; one in a linked file's `__nv_relfatbin` is an input.
+    pub fn of(section: &OffloadSection, scope: &Scope<'_, '_>, stubs: &[u64]) -> Module {
         let first = scope.containers()[0];
+        let address = first
+            .offset()
+            .checked_sub(section.file_offset)
+            .and_then(|o| section.address.checked_add(o))
+            .filter(|_| section.address != 0);
         let rule = Rule::of(section, first);
         let has = |v: Vendor| {
             scope
@@ -56,11 +87,19 @@ impl Module {
         }
         let kernel_less =
             rule != Rule::Data && scope.containers().iter().all(|c| c.is_kernel_less());
+        let link = if section.name == crate::discover::NV_RELFATBIN && section.address != 0 {
+            Link::Input
+        } else if rule == Rule::Cuda && address.is_some_and(|a| stubs.contains(&a)) {
+            Link::Stub
+        } else {
+            Link::None
+        };
         Module {
             rule,
             amd,
             nvidia,
             kernel_less,
+            link,
         }
     }
 
@@ -115,12 +154,26 @@ pub struct Group {
     pub without_image: usize,
     /// The first module without one (an index into the file's modules).
     pub first_without: Option<usize>,
+    /// How many device-link stubs have no image of their own for the
+    /// device but are linked for it from their inputs (counted as having
+    /// one).
+    pub linked: usize,
 }
 
 impl Group {
     /// The group's verdict in words, for `device`.
     pub fn why(&self, device: &str) -> String {
-        let why = self.why_needed(device);
+        let why = match self.linked {
+            0 => self.why_needed(device),
+            1 => format!(
+                "{}; 1 device-link stub has it by linking its objects' code at load, as libcudart does",
+                self.why_needed(device)
+            ),
+            k => format!(
+                "{}; {k} device-link stubs have it by linking their objects' code at load, as libcudart does",
+                self.why_needed(device)
+            ),
+        };
         match self.kernel_less {
             0 => why,
             1 => format!("{why} (and 1 kernel-less stub, which needs none)"),
@@ -179,14 +232,24 @@ pub const RULES: [Rule; 5] = [Rule::Hip, Rule::Openmp, Rule::Cuda, Rule::Data, R
 /// partly served where the file's CUDA modules run); per-GPU files without
 /// an image are for other GPUs. A file with modules of several groups and
 /// one group for other GPUs is partly served.
+///
+/// An `-rdc` program's inputs ([`Link::Input`]) are no group's modules; a
+/// stub ([`Link::Stub`]) without an image has one where the file's inputs
+/// of the vendor all have one (the runtime links them for the device).
 pub fn judge(
     modules: &[Module],
     vendor: Vendor,
     has_image: impl Fn(usize) -> bool,
 ) -> Option<FileVerdict> {
+    let mut inputs = (0..modules.len())
+        .filter(|&i| modules[i].link == Link::Input && modules[i].targets(vendor))
+        .peekable();
+    let linkable = inputs.peek().is_some() && inputs.all(&has_image);
+    let linked = |i: usize| linkable && modules[i].link == Link::Stub && !has_image(i);
+    let has = |i: usize| has_image(i) || linked(i);
     let mut groups: Vec<Group> = RULES
         .iter()
-        .filter_map(|&rule| group(modules, vendor, rule, &has_image))
+        .filter_map(|&rule| group(modules, vendor, rule, &has, &linked))
         .collect();
     // Modules kept among host data are loaded when the program chooses: a
     // library whose CUDA modules run picks among them the ones that fit
@@ -213,9 +276,12 @@ fn group(
     vendor: Vendor,
     rule: Rule,
     has_image: &impl Fn(usize) -> bool,
+    linked: &impl Fn(usize) -> bool,
 ) -> Option<Group> {
     let mine: Vec<usize> = (0..modules.len())
-        .filter(|&i| modules[i].rule == rule && modules[i].targets(vendor))
+        .filter(|&i| {
+            modules[i].rule == rule && modules[i].targets(vendor) && modules[i].link != Link::Input
+        })
         .collect();
     // Modules with kernels: those a device can lack.
     let needed: Vec<usize> = mine
@@ -242,6 +308,7 @@ fn group(
         kernel_less: mine.len() - n,
         without_image: w,
         first_without: without.first().copied(),
+        linked: needed.iter().filter(|&&i| linked(i)).count(),
     })
 }
 
@@ -255,7 +322,45 @@ mod tests {
             amd: false,
             nvidia: true,
             kernel_less,
+            link: Link::None,
         }
+    }
+
+    #[test]
+    fn stubs_are_linked_from_their_inputs() {
+        let stub = Module {
+            link: Link::Stub,
+            ..m(Rule::Cuda, false)
+        };
+        let input = Module {
+            link: Link::Input,
+            ..m(Rule::Cuda, false)
+        };
+        let alone = m(Rule::Cuda, false);
+        // A stub and two inputs: the stub with no image of its own loads
+        // where both inputs have one; the inputs are no modules.
+        let file = [stub, input, input];
+        let v = judge(&file, Vendor::Nvidia, |i| i != 0).unwrap();
+        assert_eq!(v.verdict, Verdict::Loads);
+        assert_eq!((v.groups[0].modules, v.groups[0].linked), (1, 1));
+        assert!(v.groups[0]
+            .why("sm_90")
+            .contains("1 device-link stub has it by linking"));
+        // One input without: nothing to link, the stub has no image.
+        let v = judge(&file, Vendor::Nvidia, |i| i == 1).unwrap();
+        assert_eq!((v.verdict, v.groups[0].linked), (Verdict::Fails, 0));
+        // The stub's own image needs no link.
+        let v = judge(&file, Vendor::Nvidia, |i| i == 0).unwrap();
+        assert_eq!((v.verdict, v.groups[0].linked), (Verdict::Loads, 0));
+        // A module that is no stub is never served by the inputs.
+        let v = judge(&[stub, alone, input], Vendor::Nvidia, |i| i == 2).unwrap();
+        assert_eq!(
+            (v.verdict, v.groups[0].without_image, v.groups[0].linked),
+            (Verdict::Partly, 1, 1)
+        );
+        // Inputs alone (an object's code in a linked file with no stub):
+        // no module, no verdict.
+        assert_eq!(judge(&[input], Vendor::Nvidia, |_| true), None);
     }
 
     #[test]
@@ -315,6 +420,7 @@ mod tests {
             amd: true,
             nvidia: false,
             kernel_less: false,
+            link: Link::None,
         };
         let file = Module {
             rule: Rule::File,

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use offload_loader::discover::FileErrorKind;
+use offload_loader::discover::{link_stubs, FileErrorKind};
 use offload_loader::{
     select, Container, DeviceTarget, Image, ImageSource, Limits, MappedFile, Policy, Scope,
     Selection,
@@ -308,6 +308,7 @@ pub fn inspect(
         }
     };
     let mut errors = Vec::new();
+    let stubs = link_stubs(file.bytes());
     for found in &sections {
         let row = || ContainerReport {
             section: found.section.name.clone(),
@@ -342,7 +343,7 @@ pub fn inspect(
                     .collect();
                 let failed = visit(scope, &selections);
                 let mut row = row();
-                let module = Module::of(&found.section, scope);
+                let module = Module::of(&found.section, scope, &stubs);
                 row.rule = Some(module.rule);
                 row.kernel_less = module.kernel_less;
                 row.module = Some(module);

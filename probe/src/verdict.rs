@@ -60,6 +60,9 @@ pub struct GroupRow {
     /// Of them, nvlink's kernel-less stubs, never without an image.
     pub kernel_less: usize,
     pub without_image: usize,
+    /// Of them, `-rdc` device-link stubs with no image of their own that
+    /// the runtime links for the device from their objects' code.
+    pub linked_at_load: usize,
     pub why: String,
 }
 
@@ -130,6 +133,7 @@ fn row(group: &Group, target: &str) -> GroupRow {
         modules: group.modules,
         kernel_less: group.kernel_less,
         without_image: group.without_image,
+        linked_at_load: group.linked,
         why: group.why(target),
     }
 }

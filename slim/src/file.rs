@@ -26,6 +26,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use offload_loader::bundle::Bundle;
+use offload_loader::discover::link_stubs;
 use offload_loader::rule::Rule;
 use offload_loader::verdict::{judge, Module, Verdict};
 use offload_loader::{
@@ -241,7 +242,7 @@ fn attempt(
             return None;
         }
     };
-    let plan = choose(&sections, options);
+    let plan = choose(data, &sections, options);
     if let Some(other) = other::of(report.before, &sections, &plan) {
         let other = report.other_gpus.insert(other);
         if let Destination::InPlace {
@@ -309,7 +310,7 @@ fn attempt(
                     return None;
                 }
             };
-            let pass_plan = choose(&now, options);
+            let pass_plan = choose(current.map.bytes(), &now, options);
             let crate::Slimmed {
                 output,
                 containers,
@@ -616,7 +617,8 @@ impl Plan {
 
 /// What each device selects in `sections` (`offload_loader::select`), and
 /// so which images stay.
-fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
+fn choose(data: &[u8], sections: &[SectionContainers<'_>], options: &Options) -> Plan {
+    let stubs = link_stubs(data);
     let mut keep = BTreeSet::new();
     let mut chosen = vec![Vec::new(); options.devices.len()];
     let mut reasons: BTreeMap<(u64, usize), Vec<String>> = BTreeMap::new();
@@ -631,7 +633,7 @@ fn choose(sections: &[SectionContainers<'_>], options: &Options) -> Plan {
             let Some(first) = scope.containers().first().copied() else {
                 continue;
             };
-            let module = Module::of(&s.section, &scope);
+            let module = Module::of(&s.section, &scope, &stubs);
             // nvlink's kernel-less stub is no device's code and stays whole
             // (about 1.5 KiB): emptied, it would read as a module without an
             // image, and the result's verdict would not be the original's.
@@ -1218,7 +1220,7 @@ mod tests {
 
         let file = MappedFile::open(&path).unwrap();
         let sections = file.containers(&options.limits).unwrap();
-        let plan = choose(&sections, &options);
+        let plan = choose(file.bytes(), &sections, &options);
         let expected = Expected {
             sections: &sections,
             chosen: &plan.chosen,
@@ -1272,7 +1274,7 @@ mod tests {
 
         let file = MappedFile::open(&path).unwrap();
         let sections = file.containers(&options.limits).unwrap();
-        let plan = choose(&sections, &options);
+        let plan = choose(file.bytes(), &sections, &options);
         let expected = Expected {
             sections: &sections,
             chosen: &plan.chosen,

@@ -180,6 +180,29 @@ impl std::error::Error for FileError {
     }
 }
 
+/// The addresses the version 2 CUDA wrappers (`FATBINC_LINK_VERSION`, what
+/// crt/link.stub writes for an `-rdc` program's device-link stub) in the
+/// `.nvFatBinSegment` of `data` (a whole file) point at: where each stub's
+/// fat binary is (see [`crate::verdict::Link`]). None for a file that is
+/// not ELF.
+pub fn link_stubs(data: &[u8]) -> Vec<u64> {
+    let Ok(sections) = file::offload_sections(data) else {
+        return Vec::new();
+    };
+    sections
+        .iter()
+        .filter(|s| s.role == SectionRole::Registration && s.name == ".nvFatBinSegment")
+        .filter_map(|s| {
+            let start = usize::try_from(s.file_offset).ok()?;
+            data.get(start..start.checked_add(usize::try_from(s.size).ok()?)?)
+        })
+        .flat_map(crate::registration::FatbinWrapper::all)
+        .filter_map(|(_, w)| w.ok())
+        .filter(|w| w.kind == crate::registration::WrapperKind::Cuda && w.version == 2)
+        .map(|w| w.fatbin)
+        .collect()
+}
+
 /// What the section whose name starts at `name_at` in the section names
 /// `names`, of type `sh_type`, holds. Names are compared
 /// in place, without finding their end first: most sections of a library or
