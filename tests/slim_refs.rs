@@ -1228,3 +1228,129 @@ fn dlopen_caller(gcc: &Path, exe: &Path, includes: &str, call: &str) -> impl Fn(
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 }
+
+/// AArch64 programs (static, linked by lld, no C library: `_start` checks the
+/// bundle magic where the form under test points and exits 0 or 1), each
+/// run under `qemu-aarch64` before and after slim: the forms of the AArch64
+/// ELF psABI's code models that reach into a section, "Code models":
+/// small (`ADRP` + `ADD :lo12:`), large (`MOVZ`/`MOVK` with
+/// `:abs_g3:`..`:abs_g0_nc:`), a literal pool in `.text` (`LDR x0, =sym`),
+/// a pointer in data, and the section's end minus a size. Every result runs
+/// as its original; the pointer in data of a position-dependent file has no
+/// relocation, and neither have the code forms, so nothing may move unless
+/// slim found and kept each reference.
+#[test]
+fn aarch64_references_run_the_same_under_qemu() {
+    let Some(Kit { clang, dir, blob, .. }) = kit() else {
+        return;
+    };
+    let Some(qemu) = system_tool("qemu-aarch64", "qemu-user") else {
+        return;
+    };
+    let size = std::fs::metadata(&blob).unwrap().len();
+    // x0 = the address to check, by form.
+    let forms: [(&str, String); 7] = [
+        // The control: only the HIP wrapper's pointer (relocated by slim as
+        // the runtime reads it) reaches the containers.
+        (
+            "wrapper",
+            "    adrp x9, __hip_wrapper\n    add x9, x9, :lo12:__hip_wrapper\n\
+                 ldr x0, [x9, #8]\n"
+                .into(),
+        ),
+        (
+            "adrp-add",
+            "    adrp x0, blob_b\n    add x0, x0, :lo12:blob_b\n".into(),
+        ),
+        (
+            "movz-movk",
+            "    movz x0, #:abs_g3:blob_c\n    movk x0, #:abs_g2_nc:blob_c\n\
+                 movk x0, #:abs_g1_nc:blob_c\n    movk x0, #:abs_g0_nc:blob_c\n"
+                .into(),
+        ),
+        ("literal-pool", "    ldr x0, =blob_b\n".into()),
+        (
+            "data-word",
+            "    adrp x9, where\n    ldr x0, [x9, :lo12:where]\n".into(),
+        ),
+        (
+            "end-minus-size",
+            format!(
+                "    adrp x0, blob_end\n    add x0, x0, :lo12:blob_end\n\
+                     movz x3, #{}\n    movk x3, #{}, lsl #16\n    sub x0, x0, x3\n",
+                size & 0xffff,
+                size >> 16
+            ),
+        ),
+        (
+            "adr-first",
+            "    adrp x0, blob_a\n    add x0, x0, :lo12:blob_a\n".into(),
+        ),
+    ];
+    // "__CLANG_" as a little-endian u64, built in x2 (no literal: the
+    // literal pool is a form under test).
+    let magic = u64::from_le_bytes(*b"__CLANG_");
+    let check = format!(
+        "    ldr x1, [x0]\n    movz x2, #{}\n    movk x2, #{}, lsl #16\n\
+             movk x2, #{}, lsl #32\n    movk x2, #{}, lsl #48\n\
+             cmp x1, x2\n    cset x0, ne\n    mov x8, #93\n    svc #0\n    .ltorg\n",
+        magic & 0xffff,
+        (magic >> 16) & 0xffff,
+        (magic >> 32) & 0xffff,
+        magic >> 48
+    );
+    let mut compacted = Vec::new();
+    // Position-dependent, every form; a static PIE (no C library, so no
+    // self-relocation: the forms that read no pointer from data).
+    let kinds: [(&str, &[&str]); 2] = [
+        ("static", &["-static", "-no-pie"]),
+        ("static-pie", &["-static-pie"]),
+    ];
+    for (name, load) in &forms {
+        for (kind, flags) in kinds {
+            let pie = kind == "static-pie";
+            if pie && !matches!(*name, "adrp-add" | "adrp-first" | "end-minus-size") {
+                continue;
+            }
+            let data = match *name {
+                "data-word" => "    .data\n    .p2align 3\nwhere:\n    .quad blob_b\n",
+                _ => "",
+            };
+            let program =
+                format!("    .text\n    .globl _start\n_start:\n{load}{check}{data}");
+            let asm = dir.join(format!("a64-{name}-{kind}.s"));
+            std::fs::write(&asm, containers(&blob, ".hidden", &program)).unwrap();
+            let exe = dir.join(format!("a64-{name}-{kind}"));
+            run_ok(
+                Command::new(&clang)
+                    .args(["--target=aarch64-linux-gnu", "-fuse-ld=lld", "-nostdlib"])
+                    .args(flags)
+                    .arg(&asm)
+                    .arg("-o")
+                    .arg(&exe),
+            );
+            let run = |exe: &Path| {
+                Command::new(&qemu)
+                    .arg(exe)
+                    .status()
+                    .unwrap_or_else(|e| panic!("{}: {e}", exe.display()))
+                    .code()
+            };
+            assert_eq!(run(&exe), Some(0), "{name} {kind}: the original");
+            let out = dir.join(format!("out-a64-{name}-{kind}"));
+            let report = slim_json(&exe, &out);
+            let (result, done) = outcome(&report, &exe, &out);
+            assert_eq!(
+                run(&result),
+                Some(0),
+                "{name} {kind} runs differently once slimmed: {report}"
+            );
+            if done {
+                compacted.push(format!("{name} {kind}"));
+            }
+        }
+    }
+    // Each other form reaches into the section without a relocation:
+    // nothing may be compacted past it.
+    assert_eq!(compacted, ["wrapper static"]);
+}
