@@ -17,21 +17,22 @@
 //!   immediate is added to the GOT's address (x86-64 psABI, "Large
 //!   Models"), matched by bytes.
 //!
-//! - Words of a position-dependent file that name a moving container's
-//!   bound exactly ([`Scan::exact_words`]): 8-byte words at any offset of
-//!   data, 4-byte absolute words in data, AArch64 literal pools.
+//! - Words that name a moving container's bound exactly
+//!   ([`Scan::exact_words`]): in a position-dependent file 8-byte words at
+//!   any offset of data, 4-byte absolute words in data, AArch64 literal
+//!   pools; in any file self-relative words in data (`.long sym - .`,
+//!   `.quad sym - .`).
 //!
 //! - AArch64 code of the large code model: a `MOVZ` and the `MOVK`s that
 //!   complete an absolute address.
 //!
 //! Not found here: an object's assembler-resolved differences of two of
 //! the section's symbols (`.quad end - start`), which the patcher rules
-//! out by the object's symbols instead; and a position-independent file's
-//! self-relative words (`.long sym - .`), which chance makes too common in
-//! real libraries' data to tell (see [`Scan::exact_words`]).
+//! out by the object's symbols instead.
 //!
 //! Each finding is conservative: a decoded word that only looks like a
-//! reference keeps the section where it is, never the other way round.
+//! reference keeps what it names where it is (a container's start pinned,
+//! else the section), never the other way round.
 
 use std::cell::OnceCell;
 
@@ -218,22 +219,27 @@ impl<'d> Scan<'d> {
         found
     }
 
-    /// Words of a position-dependent file that name a moving container
-    /// bound exactly (`bounds`: addresses, in order; `starts`: the starts
-    /// among them) and that no relocation describes, in the loaded sections
-    /// but the one that moves: 8-byte absolute words naming a bound at any
-    /// offset of data (packed structures) and at their alignment in AArch64
-    /// code (literal pools), and 4-byte ones naming a start at their
-    /// alignment in data (addresses below 4 GiB, the small code model's).
+    /// Words that name a moving container bound exactly (`bounds`:
+    /// addresses, in order; `starts`: the starts among them) and that no
+    /// relocation describes, in the loaded sections but the one that moves.
+    /// In a position-dependent file: 8-byte absolute words naming a bound at
+    /// any offset of data (packed structures) and at their alignment in
+    /// AArch64 code (literal pools), and 4-byte ones naming a start at their
+    /// alignment in data (addresses below 4 GiB, the small code model's). In
+    /// any file: self-relative words at their alignment in data
+    /// (`.long sym - .`, `.quad sym - .`: relative vtables, offset tables),
+    /// which the linker resolves with no relocation, naming a start.
+    ///
     /// An exact bound, not the whole range: a word that names the middle of
     /// a container names nothing a program uses, and matching whole ranges
     /// (or words of x86 code, whose bytes are as good as random) would take
-    /// every file for one with references. A position-independent file's
-    /// self-relative words (`.long sym - .`, `.quad sym - .`) are not read:
-    /// in the NVIDIA libraries measured (cuBLASLt 12 and 13, NCCL 2.32,
-    /// cuSPARSELt 0.8, cuDNN 9.28, jax's `xla_cuda_plugin.so`) some word of
-    /// `.rodata` names a container's start so by chance, which would cost
-    /// each its compaction.
+    /// every file for one with references. Some words match by chance (in
+    /// the NVIDIA libraries measured, a `.rodata` word of cuBLASLt 12 and
+    /// 13, NCCL 2.32, cuSPARSELt 0.8, cuDNN 9.28 and jax's
+    /// `xla_cuda_plugin.so` reads as a self-relative pointer to a
+    /// container's start): the model cannot tell them from references, so
+    /// each is taken as one, and the container it names keeps its place
+    /// (pinned by the caller) rather than the file its compaction.
     pub(crate) fn exact_words(
         &self,
         bounds: &[u64],
@@ -243,17 +249,15 @@ impl<'d> Scan<'d> {
         let (Some(&lo), Some(&hi)) = (bounds.first(), bounds.last()) else {
             return Vec::new();
         };
-        if !self.file.fixed {
-            return Vec::new();
-        }
-        let hits = |v: u64| v >= lo && v <= hi && bounds.binary_search(&v).is_ok();
+        let fixed = self.file.fixed;
+        let hits = |v: u64| fixed && v >= lo && v <= hi && bounds.binary_search(&v).is_ok();
         let starts_at = |v: u64| v >= lo && v <= hi && starts.binary_search(&v).is_ok();
         let aarch64 = self.file.machine == elf::EM_AARCH64;
         let mut found = Vec::new();
         // x86 code's absolute operands are decoded, and its bytes at any
         // offset name anything by chance: only AArch64's literal pools are
         // read in code.
-        for s in self.file.loaded().filter(|s| !s.code || aarch64) {
+        for s in self.file.loaded().filter(|s| !s.code || (aarch64 && fixed)) {
             let mut push = |at: usize, to: u64| {
                 if !patched(s.offset + at as u64) && found.len() < MAX {
                     found.push(Reference {
@@ -275,9 +279,28 @@ impl<'d> Scan<'d> {
                 let aligned8 = here(at) % 8 == 0;
                 // Code: literal pools, at their alignment.
                 let any8 = !s.code || aligned8;
+                // Self-relative words (`.long sym - .`, `.quad sym - .`:
+                // relative vtables, offset tables), which the linker
+                // resolves with no relocation, in any file.
+                let relative = |n: usize| {
+                    let w = word(at, n)?;
+                    let offset = if n == 4 {
+                        w as u32 as i32 as i64
+                    } else {
+                        w as i64
+                    };
+                    Some(here(at).wrapping_add(offset as u64))
+                };
                 if let Some(v) = word(at, 8).filter(|&v| any8 && hits(v)) {
                     push(at, v);
-                } else if let Some(v) = word(at, 4).filter(|&v| aligned4 && !s.code && starts_at(v))
+                } else if let Some(v) =
+                    word(at, 4).filter(|&v| fixed && aligned4 && !s.code && starts_at(v))
+                {
+                    push(at, v);
+                } else if let Some(v) = relative(4).filter(|&v| aligned4 && !s.code && starts_at(v))
+                {
+                    push(at, v);
+                } else if let Some(v) = relative(8).filter(|&v| aligned8 && !s.code && starts_at(v))
                 {
                     push(at, v);
                 }

@@ -188,7 +188,7 @@ pub(super) fn apart(extents: impl Iterator<Item = (u64, u64)>) -> bool {
 impl Map {
     /// Where each container goes: packed from the section's start at its
     /// alignment; `None` when the section would not shrink.
-    pub(super) fn plan(t: &Target<'_>, containers: &[Placed<'_>]) -> Option<Map> {
+    pub(super) fn plan(t: &Target<'_>, containers: &[Placed<'_>], pinned: &[u64]) -> Option<Map> {
         let mut new_size = 0u64;
         let mut moves = Vec::new();
         let mut removed = Vec::new();
@@ -197,7 +197,15 @@ impl Map {
                 removed.push((c.old, c.old_len));
                 continue;
             }
-            let at = new_size.next_multiple_of(t.align);
+            // A pinned container keeps its place (what is before it only
+            // shrinks, so its place is never behind the packed bytes): the
+            // gap before it is left as zeros.
+            let packed = new_size.next_multiple_of(t.align);
+            let at = if pinned.contains(&c.old) && c.old >= packed {
+                c.old
+            } else {
+                packed
+            };
             moves.push((c.old, c.old_len, at, c.output.len(), c.same));
             new_size = at + c.output.len();
         }
@@ -213,6 +221,16 @@ impl Map {
                     && Some(s.sh_addr(e)) == t.addr.checked_add(t.size)
             });
         Some(Map::new(moves, removed, t.size, new_size, shared_end))
+    }
+
+    /// Whether a kept container starts at section offset `at`.
+    pub(super) fn kept_start(&self, at: u64) -> bool {
+        self.starting(at).is_some()
+    }
+
+    /// Whether a container, kept or not, ends at section offset `at`.
+    pub(super) fn ends_at(&self, at: u64) -> bool {
+        self.ending(at).is_some() || self.removed.iter().any(|r| r.0 + r.1 == at)
     }
 
     /// Whether section offset `at` lies in a container that goes.

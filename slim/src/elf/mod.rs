@@ -48,6 +48,7 @@ use object::elf;
 use object::read::elf::{ProgramHeader, SectionHeader};
 
 use crate::pieces::Output;
+use crate::refs;
 use crate::refusal::{unsafe_, Unsafe};
 
 mod block;
@@ -86,53 +87,86 @@ pub fn compact<'a>(
     containers: &mut [Placed<'a>],
 ) -> Result<Option<Output<'a>>, Unsafe> {
     let t = Target::parse(data, offset, size)?;
-    let Some(map) = Map::plan(&t, containers) else {
+    let Some(map) = Map::plan(&t, containers, &[]) else {
         return Ok(None);
     };
     if t.kind == elf::ET_REL || !t.alloc {
         return compact_unloaded(&t, &map, containers);
     }
-    let Some(layout) = Layout::plan(&t, &map)? else {
-        return Ok(None);
-    };
-    // What refers into the section, and into what moves out of the
-    // program header table's way, is searched for at once.
-    let mut together = vec![(t.addr, t.addr + t.size)];
-    together.extend(layout.block.iter().map(|(b, _)| b.range()));
-    let scan = t.scan(&together);
-    let mut patches = Patches::default();
-    patches.put(t.phoff, &program_header_table(&t, &map, &layout)?);
-    if layout.split {
-        patches.u16(0x38, (t.phnum + 1) as u16);
+    // Exact references no relocation describes, to kept containers'
+    // starts, pin those containers at their places; each try pins more,
+    // until none is left or one cannot be kept true so (see `pins`).
+    let mut pinned: Vec<u64> = Vec::new();
+    let mut map = map;
+    let mut scan: Option<(Vec<(u64, u64)>, refs::Scan<'_>)> = None;
+    loop {
+        let Some(layout) = Layout::plan(&t, &map)? else {
+            return Ok(None);
+        };
+        // What refers into the section, and into what moves out of the
+        // program header table's way, is searched for at once (and again
+        // only where that block differs).
+        let mut together = vec![(t.addr, t.addr + t.size)];
+        together.extend(layout.block.iter().map(|(b, _)| b.range()));
+        if scan.as_ref().is_none_or(|(asked, _)| *asked != together) {
+            scan = Some((together.clone(), t.scan(&together)));
+        }
+        let Some((_, scan)) = scan.as_ref() else {
+            unreachable!("made above")
+        };
+        let mut patches = Patches::default();
+        patches.put(t.phoff, &program_header_table(&t, &map, &layout)?);
+        if layout.split {
+            patches.u16(0x38, (t.phnum + 1) as u16);
+        }
+        patch_sections(
+            &mut patches,
+            t.shdrs,
+            t.endian,
+            t.shoff,
+            t.shentsize,
+            t.index,
+            map.new_size,
+            layout.cut,
+            layout.shift,
+        )?;
+        let referenced = patch_references(&t, &map, &mut patches)?;
+        let unseen = unseen(&t, &map, scan, &patches);
+        if !unseen.is_empty() {
+            let more =
+                pins(&unseen, &map, t.addr).filter(|p| p.iter().any(|a| !pinned.contains(a)));
+            let Some(more) = more else {
+                return Err(refusal(&unseen, &map, t.addr));
+            };
+            pinned.extend(more);
+            map = match Map::plan(&t, containers, &pinned) {
+                Some(map) => map,
+                None => return Ok(None),
+            };
+            continue;
+        }
+        if referenced == 0 {
+            return Err(unsafe_(
+                "no relocation or fat-binary wrapper points into the section, so what refers to it is unknown",
+            ));
+        }
+        patch_symbols(
+            &mut patches,
+            data,
+            t.shdrs,
+            t.endian,
+            t.index,
+            t.addr,
+            &|v, b, p| map.remap_as(v, b, p),
+            size,
+            map.new_size,
+            &|at| map.gone(at),
+        )?;
+        if let Some((block, to)) = &layout.block {
+            move_block(&t, &layout, block, *to, scan, &mut patches)?;
+        }
+        return Ok(Some(write_loaded(&t, &layout, &map, &patches, containers)));
     }
-    patch_sections(
-        &mut patches,
-        t.shdrs,
-        t.endian,
-        t.shoff,
-        t.shentsize,
-        t.index,
-        map.new_size,
-        layout.cut,
-        layout.shift,
-    )?;
-    patch_references(&t, &map, &scan, &mut patches)?;
-    patch_symbols(
-        &mut patches,
-        data,
-        t.shdrs,
-        t.endian,
-        t.index,
-        t.addr,
-        &|v, b, p| map.remap_as(v, b, p),
-        size,
-        map.new_size,
-        &|at| map.gone(at),
-    )?;
-    if let Some((block, to)) = &layout.block {
-        move_block(&t, &layout, block, *to, &scan, &mut patches)?;
-    }
-    Ok(Some(write_loaded(&t, &layout, &patches, containers)))
 }
 
 /// A relocatable object, or a section that is not loaded: only file offsets
@@ -201,7 +235,7 @@ fn compact_unloaded<'a>(
     }
     let mut out = Output::default();
     patches.copy(t.data, 0, t.offset, &mut out);
-    out.extend(packed(containers, t.align));
+    out.extend(packed(containers, map));
     out.pad_to(cut - shift);
     patches.copy(t.data, cut, t.data.len() as u64, &mut out);
     Ok(Some(out))
@@ -212,12 +246,13 @@ fn compact_unloaded<'a>(
 fn write_loaded<'a>(
     t: &Target<'a>,
     l: &Layout,
+    map: &Map,
     patches: &Patches,
     containers: &mut [Placed<'a>],
 ) -> Output<'a> {
     let mut out = Output::default();
     patches.copy(t.data, 0, t.offset, &mut out);
-    out.extend(packed(containers, t.align));
+    out.extend(packed(containers, map));
     if let Some((b, to)) = &l.block {
         out.pad_to(l.block_offset(*to));
         patches.copy(t.data, b.offset, b.offset + b.len, &mut out);
@@ -228,11 +263,13 @@ fn write_loaded<'a>(
 }
 
 /// The new section's bytes, taken from `containers`: each container's new
-/// bytes at the section's alignment `align`, as [`compact`] laid them out.
-fn packed<'a>(containers: &mut [Placed<'a>], align: u64) -> Output<'a> {
+/// bytes at the place `map` gives it (the section's alignment, or a
+/// pinned container's own place), zeros between.
+fn packed<'a>(containers: &mut [Placed<'a>], map: &Map) -> Output<'a> {
     let mut body = Output::default();
-    for c in containers.iter_mut().filter(|c| !c.output.is_empty()) {
-        body.pad_to(body.len().next_multiple_of(align));
+    let kept = containers.iter_mut().filter(|c| !c.output.is_empty());
+    for (c, m) in kept.zip(&map.moves) {
+        body.pad_to(m.2);
         body.extend(std::mem::take(&mut c.output));
     }
     body

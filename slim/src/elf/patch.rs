@@ -72,15 +72,14 @@ pub(super) fn relocate(
 
 /// Every reference into the section that compaction moves, patched:
 /// OpenMP's device-image table, the dynamic relocations (relative ones,
-/// symbol + addend), RELR words, the fat-binary wrappers. Then what refers
-/// into it with no relocation ([`refs`]) refuses the move, and so does a
-/// section nothing was found to refer to (what does is unknown).
+/// symbol + addend), RELR words, the fat-binary wrappers. How many there
+/// were: a section nothing was found to refer to cannot move (what does
+/// is unknown).
 pub(super) fn patch_references(
     t: &Target<'_>,
     map: &Map,
-    scan: &refs::Scan<'_>,
     patches: &mut Patches,
-) -> Result<(), Unsafe> {
+) -> Result<usize, Unsafe> {
     let (e, addr) = (t.endian, t.addr);
     let remap_as = |v, b, p| map.remap_as(v, b, p);
     let file_offset = |v| t.file_offset(v);
@@ -141,30 +140,72 @@ pub(super) fn patch_references(
         }
     }
     referenced += patch_wrappers(t, map, patches)?;
-    // What refers into the section with no relocation (code, the data of
-    // a position-dependent file, other sections' symbols): nothing of it is
-    // rewritten, so nothing may move. The section's end included, though
-    // another section may start there: code cannot say which it means.
+    Ok(referenced)
+}
+
+/// What refers into the section with no relocation (code, the data of a
+/// position-dependent file, a PIE's self-relative words, other sections'
+/// symbols) to a place compaction moves: nothing of it is rewritten. The
+/// section's end included, though another section may start there: code
+/// cannot say which it means.
+pub(super) fn unseen(
+    t: &Target<'_>,
+    map: &Map,
+    scan: &refs::Scan<'_>,
+    patches: &Patches,
+) -> Vec<refs::Reference> {
+    let addr = t.addr;
+    // An exact reference to a kept container's start that stays (the first,
+    // or a pinned one) stays true.
+    let stays = |r: &refs::Reference| {
+        matches!(r.kind, refs::Kind::Code | refs::Kind::Data)
+            && r.to.checked_sub(addr).is_some_and(|at| {
+                map.kept_start(at) && !map.ends_at(at) && map.map(at, Point::Start) == Some(at)
+            })
+    };
     let mut unseen = scan.references(addr, addr + t.size, &|at| patches.covers(at));
-    if unseen.is_empty() {
-        let (bounds, starts) = map.moving_bounds();
-        let at = |v: Vec<u64>| v.into_iter().map(|b| addr + b).collect::<Vec<u64>>();
-        unseen = scan.exact_words(&at(bounds), &at(starts), &|at| patches.covers(at));
+    unseen.retain(|r| !stays(r));
+    if !unseen.is_empty() {
+        return unseen;
     }
-    if let Some(first) = unseen.first() {
-        return Err(Unsafe {
-            why: format!("{first}: compaction would move what it refers to"),
-            in_place: unseen
-                .iter()
-                .all(|r| r.kind != refs::Kind::Page && map.stays_in_place(r.to - addr)),
-        });
+    let (bounds, starts) = map.moving_bounds();
+    let at = |v: Vec<u64>| v.into_iter().map(|b| addr + b).collect::<Vec<u64>>();
+    scan.exact_words(&at(bounds), &at(starts), &|at| patches.covers(at))
+}
+
+/// The section offsets of the kept containers whose starts `unseen` name,
+/// when every reference is an exact one (an instruction's operand, a word
+/// in data) to such a start and no other container ends there: pinned at
+/// their places ([`Map::plan`]), those containers keep their addresses and
+/// the references stay true. `None` when one of them cannot be kept true
+/// that way.
+pub(super) fn pins(unseen: &[refs::Reference], map: &Map, addr: u64) -> Option<Vec<u64>> {
+    let mut pins: Vec<u64> = unseen
+        .iter()
+        .map(|r| {
+            let at = r.to.checked_sub(addr)?;
+            let exact = matches!(r.kind, refs::Kind::Code | refs::Kind::Data);
+            (exact && map.kept_start(at) && !map.ends_at(at)).then_some(at)
+        })
+        .collect::<Option<_>>()?;
+    pins.sort_unstable();
+    pins.dedup();
+    Some(pins)
+}
+
+/// The refusal `unseen` makes: compaction would move what they refer to;
+/// holes remain where each names a place that stays when the section is
+/// rewritten where it stands.
+pub(super) fn refusal(unseen: &[refs::Reference], map: &Map, addr: u64) -> Unsafe {
+    Unsafe {
+        why: match unseen.first() {
+            Some(first) => format!("{first}: compaction would move what it refers to"),
+            None => "nothing refers to the section".into(),
+        },
+        in_place: unseen
+            .iter()
+            .all(|r| r.kind != refs::Kind::Page && map.stays_in_place(r.to - addr)),
     }
-    if referenced == 0 {
-        return Err(unsafe_(
-            "no relocation or fat-binary wrapper points into the section, so what refers to it is unknown",
-        ));
-    }
-    Ok(())
 }
 
 /// The places a RELR table relocates.
