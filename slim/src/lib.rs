@@ -95,10 +95,15 @@ pub struct Slimmed<'a> {
 pub struct Holes {
     /// The section.
     pub section: String,
-    /// Why it could not be compacted.
+    /// Why it could not be compacted, or (`compacted`) why containers kept
+    /// their addresses.
     pub why: String,
     /// Bytes of zeros in place of removed images.
     pub bytes: u64,
+    /// The section was compacted around containers kept at their
+    /// addresses, the zeros the gaps before them; else it was rewritten
+    /// where it stands (the file keeps its length).
+    pub compacted: bool,
 }
 
 /// How a section's new containers are laid out.
@@ -316,6 +321,7 @@ impl Done<'_> {
             section: name.clone(),
             why,
             bytes,
+            compacted: false,
         });
         self.compacted.push(name);
     }
@@ -328,7 +334,15 @@ impl Done<'_> {
         compacted: Result<Option<Compacted<'a>>, Unsafe>,
     ) -> Option<Output<'a>> {
         match compacted {
-            Ok(Some(Compacted::Packed(out))) => {
+            Ok(Some(Compacted::Packed(out, pinned))) => {
+                if let Some(pinned) = pinned {
+                    self.holes.push(Holes {
+                        section: name.clone(),
+                        why: pinned.why,
+                        bytes: pinned.gaps,
+                        compacted: true,
+                    });
+                }
                 self.compacted.push(name);
                 Some(out)
             }
@@ -499,8 +513,9 @@ fn archive_output<'a>(
 
 /// A section's new bytes.
 enum Compacted<'a> {
-    /// The file (or member) with the section packed: shorter.
-    Packed(Output<'a>),
+    /// The file (or member) with the section packed: shorter; with the
+    /// containers kept at their addresses and the gaps before them, if any.
+    Packed(Output<'a>, Option<elf::Pinned>),
     /// The section could not be compacted (`why`): its containers rewritten
     /// where they stand, `bytes` of zeros after them; `whole`: the
     /// section-relative offsets of containers left whole, and why.
@@ -561,11 +576,11 @@ fn compact<'a>(
     in_place: Vec<Result<container::InPlace<'a>, &'static str>>,
 ) -> Result<Option<Compacted<'a>>, Unsafe> {
     if offset == 0 && size == data.len() as u64 && !data.starts_with(b"\x7fELF") {
-        return Ok(Some(Compacted::Packed(raw(placed))));
+        return Ok(Some(Compacted::Packed(raw(placed), None)));
     }
     let mut placed = placed;
     match elf::compact(data, offset, size, &mut placed) {
-        Ok(packed) => Ok(packed.map(Compacted::Packed)),
+        Ok(packed) => Ok(packed.map(|(out, pinned)| Compacted::Packed(out, pinned))),
         Err(why) if why.in_place => holes(data, offset, size, placed, in_place, why),
         Err(why) => Err(why),
     }

@@ -137,14 +137,25 @@ pub fn human(run: &Run<'_>) -> String {
             let _ = writeln!(s, "  section {section} left as it was: {why}");
         }
         for h in &r.holes {
-            let _ = writeln!(
-                s,
-                "  section {} cannot be compacted safely ({}): rewritten in place, {} ({} bytes) of removed images are holes (the file keeps its length, the disk does not keep the blocks)",
-                h.section,
-                h.why,
-                size(h.bytes),
-                h.bytes
-            );
+            let _ = if h.compacted {
+                writeln!(
+                    s,
+                    "  section {} compacted around containers kept at their addresses ({}): {} ({} bytes) of gaps before them are holes (the disk does not keep the blocks)",
+                    h.section,
+                    h.why,
+                    size(h.bytes),
+                    h.bytes
+                )
+            } else {
+                writeln!(
+                    s,
+                    "  section {} cannot be compacted safely ({}): rewritten in place, {} ({} bytes) of removed images are holes (the file keeps its length, the disk does not keep the blocks)",
+                    h.section,
+                    h.why,
+                    size(h.bytes),
+                    h.bytes
+                )
+            };
         }
         for (device, section, at) in &r.missing {
             let _ = writeln!(
@@ -305,7 +316,7 @@ pub fn json(run: &Run<'_>) -> String {
                 "error": r.error,
                 "containers": containers,
                 "sections_left": r.sections_left.iter().map(|(s, why)| json!({"section": s, "reason": why})).collect::<Vec<_>>(),
-                "holes": r.holes.iter().map(|h| json!({"section": h.section, "reason": h.why, "bytes": h.bytes})).collect::<Vec<_>>(),
+                "holes": r.holes.iter().map(|h| json!({"section": h.section, "reason": h.why, "bytes": h.bytes, "compacted": h.compacted})).collect::<Vec<_>>(),
                 "missing": r.missing.iter().map(|(d, s, at)| json!({"device": d, "section": s, "offset": at})).collect::<Vec<_>>(),
                 "partly": r.partly.iter().map(|(d, rule, without, total)| json!({"device": d, "rule": rule.name(), "modules_without_image": without, "modules": total})).collect::<Vec<_>>(),
                 "notes": r.notes,

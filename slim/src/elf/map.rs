@@ -197,17 +197,28 @@ impl Map {
                 removed.push((c.old, c.old_len));
                 continue;
             }
-            // A pinned container keeps its place (what is before it only
-            // shrinks, so its place is never behind the packed bytes): the
-            // gap before it is left as zeros.
+            // A container whose start is pinned keeps its place, one whose
+            // end is pinned ends there still (what is before it only
+            // shrinks, so neither is behind the packed bytes); the gap
+            // before it is left as zeros. Where neither fits (both pinned
+            // and its length changed, or an end out of alignment), it is
+            // packed, and the reference it leaves untrue refuses the file.
             let packed = new_size.next_multiple_of(t.align);
+            let len = c.output.len();
+            let end = c.old + c.old_len;
             let at = if pinned.contains(&c.old) && c.old >= packed {
                 c.old
+            } else if pinned.contains(&end)
+                && end
+                    .checked_sub(len)
+                    .is_some_and(|at| at >= packed && at % t.align == 0)
+            {
+                end - len
             } else {
                 packed
             };
-            moves.push((c.old, c.old_len, at, c.output.len(), c.same));
-            new_size = at + c.output.len();
+            moves.push((c.old, c.old_len, at, len, c.same));
+            new_size = at + len;
         }
         if new_size >= t.size {
             return None;
@@ -228,9 +239,9 @@ impl Map {
         self.starting(at).is_some()
     }
 
-    /// Whether a container, kept or not, ends at section offset `at`.
-    pub(super) fn ends_at(&self, at: u64) -> bool {
-        self.ending(at).is_some() || self.removed.iter().any(|r| r.0 + r.1 == at)
+    /// Whether a kept container ends at section offset `at`.
+    pub(super) fn kept_end(&self, at: u64) -> bool {
+        self.ending(at).is_some()
     }
 
     /// Whether section offset `at` lies in a container that goes.

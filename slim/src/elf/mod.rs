@@ -85,14 +85,16 @@ pub fn compact<'a>(
     offset: u64,
     size: u64,
     containers: &mut [Placed<'a>],
-) -> Result<Option<Output<'a>>, Unsafe> {
+) -> Result<Option<(Output<'a>, Option<Pinned>)>, Unsafe> {
     let t = Target::parse(data, offset, size)?;
     let Some(map) = Map::plan(&t, containers, &[]) else {
         return Ok(None);
     };
     if t.kind == elf::ET_REL || !t.alloc {
-        return compact_unloaded(&t, &map, containers);
+        return Ok(compact_unloaded(&t, &map, containers)?.map(|out| (out, None)));
     }
+    let packed_size = map.new_size;
+    let mut first_pin: Option<String> = None;
     // Exact references no relocation describes, to kept containers'
     // starts, pin those containers at their places; each try pins more,
     // until none is left or one cannot be kept true so (see `pins`).
@@ -138,6 +140,7 @@ pub fn compact<'a>(
             let Some(more) = more else {
                 return Err(refusal(&unseen, &map, t.addr));
             };
+            first_pin.get_or_insert_with(|| unseen[0].to_string());
             pinned.extend(more);
             map = match Map::plan(&t, containers, &pinned) {
                 Some(map) => map,
@@ -165,8 +168,29 @@ pub fn compact<'a>(
         if let Some((block, to)) = &layout.block {
             move_block(&t, &layout, block, *to, scan, &mut patches)?;
         }
-        return Ok(Some(write_loaded(&t, &layout, &map, &patches, containers)));
+        let pins = first_pin.map(|first| Pinned {
+            why: format!(
+                "{} container boundaries keep their addresses for what refers to them with no \
+                 relocation (the first: {first})",
+                pinned.len()
+            ),
+            gaps: map.new_size - packed_size,
+        });
+        return Ok(Some((
+            write_loaded(&t, &layout, &map, &patches, containers),
+            pins,
+        )));
     }
+}
+
+/// Containers a compaction kept at their addresses ([`compact`]): why, and
+/// the bytes of zeros left before them (holes on disk).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pinned {
+    /// What refers to them, said.
+    pub why: String,
+    /// The gaps' bytes.
+    pub gaps: u64,
 }
 
 /// A relocatable object, or a section that is not loaded: only file offsets

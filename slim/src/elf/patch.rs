@@ -155,13 +155,14 @@ pub(super) fn unseen(
     patches: &Patches,
 ) -> Vec<refs::Reference> {
     let addr = t.addr;
-    // An exact reference to a kept container's start that stays (the first,
-    // or a pinned one) stays true.
+    // An exact reference to a boundary of kept containers that stays (the
+    // first start, or a pinned one) stays true, whichever container it
+    // names: the one that starts or the one that ends there.
     let stays = |r: &refs::Reference| {
         matches!(r.kind, refs::Kind::Code | refs::Kind::Data)
-            && r.to.checked_sub(addr).is_some_and(|at| {
-                map.kept_start(at) && !map.ends_at(at) && map.map(at, Point::Start) == Some(at)
-            })
+            && r.to
+                .checked_sub(addr)
+                .is_some_and(|at| at < map.old_size && map.map(at, Point::Unknown) == Some(at))
     };
     let mut unseen = scan.references(addr, addr + t.size, &|at| patches.covers(at));
     unseen.retain(|r| !stays(r));
@@ -173,19 +174,22 @@ pub(super) fn unseen(
     scan.exact_words(&at(bounds), &at(starts), &|at| patches.covers(at))
 }
 
-/// The section offsets of the kept containers whose starts `unseen` name,
-/// when every reference is an exact one (an instruction's operand, a word
-/// in data) to such a start and no other container ends there: pinned at
-/// their places ([`Map::plan`]), those containers keep their addresses and
-/// the references stay true. `None` when one of them cannot be kept true
-/// that way.
+/// The section offsets `unseen` name, when every reference is an exact one
+/// (an instruction's operand, a word in data) to a boundary of kept
+/// containers inside the section (a start, an end, or both where two meet):
+/// pinned ([`Map::plan`]), the container that starts there keeps its
+/// address and the one that ends there is placed to end there still, so
+/// the references stay true whichever they mean. `None` when one of them
+/// cannot be kept true so (an `ADRP` page, the section's end, a place
+/// inside a container, another section's symbol).
 pub(super) fn pins(unseen: &[refs::Reference], map: &Map, addr: u64) -> Option<Vec<u64>> {
     let mut pins: Vec<u64> = unseen
         .iter()
         .map(|r| {
             let at = r.to.checked_sub(addr)?;
             let exact = matches!(r.kind, refs::Kind::Code | refs::Kind::Data);
-            (exact && map.kept_start(at) && !map.ends_at(at)).then_some(at)
+            let boundary = map.kept_start(at) || map.kept_end(at);
+            (exact && at < map.old_size && boundary).then_some(at)
         })
         .collect::<Option<_>>()?;
     pins.sort_unstable();
