@@ -172,6 +172,18 @@ fn cases(blob: &Path) -> Vec<(&'static str, String, String)> {
             ),
             String::new(),
         ),
+        // Data bytes in .text put the linear sweep out of step: the `lea`
+        // after them is reached only by the jump over them.
+        (
+            "data-in-text",
+            checker(
+                "const char *get(void);\n\
+                 __asm__(\".text\\n.globl get\\n.type get,@function\\nget:\\n\
+                 jmp 1f\\n.byte 0x48, 0x8d\\n1: lea blob_b(%rip), %rax\\nret\\n\");",
+                "get()",
+            ),
+            String::new(),
+        ),
         // A symbol with an addend.
         (
             "symbol-addend",

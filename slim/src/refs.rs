@@ -3,8 +3,10 @@
 //! see in the relocation tables.
 //!
 //! - Code: x86-64 RIP-relative operands and near branches (decoded with
-//!   `iced-x86`); in a position-dependent executable also absolute
-//!   displacements and immediates. AArch64 `ADR`, `ADRP`, `LDR`
+//!   `iced-x86`, as one linear sweep decodes them, and from where a direct
+//!   branch on the sweep reaches code the sweep passed over); in a
+//!   position-dependent executable also absolute displacements and
+//!   immediates. AArch64 `ADR`, `ADRP`, `LDR`
 //!   (literal) and `MOVZ`/`MOVK` chains, decoded by hand from their fixed encodings (Arm
 //!   Architecture Reference Manual, C6.2: ADR, ADRP, LDR (literal)).
 //! - Data of a position-dependent executable: every aligned 8-byte word of
@@ -112,9 +114,41 @@ struct Loaded<'d> {
     offset: u64,
     /// Whether it is code (`SHF_EXECINSTR`).
     code: bool,
+    /// Whether it holds the program's own data, where it may keep a
+    /// self-relative word: `SHT_PROGBITS`, neither code nor a TLS template
+    /// (whose words are copied per thread, away from what they would be
+    /// relative to), nor a table a format defines (the gABI's relocation,
+    /// symbol, hash, version and dynamic tables are of their own types;
+    /// `.eh_frame`, `.eh_frame_hdr` and `.gcc_except_table` are the
+    /// psABI's unwind tables; `.got`, `.got.plt` hold absolute addresses).
+    program_data: bool,
 }
 
+/// Sections of type `SHT_PROGBITS` whose layout a format defines (see
+/// [`Loaded::program_data`]).
+const FORMAT_TABLES: [&[u8]; 5] = [
+    b".eh_frame",
+    b".eh_frame_hdr",
+    b".gcc_except_table",
+    b".got",
+    b".got.plt",
+];
+
 impl<'d> File<'d> {
+    /// Section `s`'s name, from the table `e_shstrndx` (ELF64 header offset
+    /// 62) names.
+    fn name(&self, s: &elf::SectionHeader64<LE>) -> Option<&'d [u8]> {
+        let e = self.endian;
+        let index = u16::from_le_bytes(self.data.get(62..64)?.try_into().ok()?);
+        let names = self
+            .shdrs
+            .get(usize::from(index))?
+            .data(e, self.data)
+            .ok()?;
+        let name = names.get(usize::try_from(s.sh_name(e)).ok()?..)?;
+        name.split(|&b| b == 0).next()
+    }
+
     /// The sections a scan reads: every loaded one with bytes in the file,
     /// but the one that would move.
     fn loaded(&self) -> impl Iterator<Item = Loaded<'d>> + '_ {
@@ -127,12 +161,20 @@ impl<'d> File<'d> {
             {
                 return None;
             }
+            let code = flags & u64::from(elf::SHF_EXECINSTR) != 0;
+            let program_data = !code
+                && s.sh_type(e) == elf::SHT_PROGBITS
+                && flags & u64::from(elf::SHF_TLS) == 0
+                && !self
+                    .name(s)
+                    .is_some_and(|name| FORMAT_TABLES.contains(&name));
             Some(Loaded {
                 index,
                 bytes: s.data(e, self.data).ok()?,
                 addr: s.sh_addr(e),
                 offset: s.sh_offset(e),
-                code: flags & u64::from(elf::SHF_EXECINSTR) != 0,
+                code,
+                program_data,
             })
         })
     }
@@ -297,10 +339,12 @@ impl<'d> Scan<'d> {
                     word(at, 4).filter(|&v| fixed && aligned4 && !s.code && starts_at(v))
                 {
                     push(at, v);
-                } else if let Some(v) = relative(4).filter(|&v| aligned4 && !s.code && starts_at(v))
+                } else if let Some(v) =
+                    relative(4).filter(|&v| aligned4 && s.program_data && starts_at(v))
                 {
                     push(at, v);
-                } else if let Some(v) = relative(8).filter(|&v| aligned8 && !s.code && starts_at(v))
+                } else if let Some(v) =
+                    relative(8).filter(|&v| aligned8 && s.program_data && starts_at(v))
                 {
                     push(at, v);
                 }

@@ -37,6 +37,8 @@ use rayon::prelude::*;
 
 use super::{Kind, Range, Reference, MAX};
 
+mod branches;
+
 /// The longest instruction, in bytes (Intel SDM, vol. 2, 2.3.11).
 const LONGEST: usize = 15;
 
@@ -53,19 +55,35 @@ pub(super) fn references(bytes: &[u8], addr: u64, fixed: bool, ranges: &[Range])
         fixed,
         ranges,
     };
-    let mut found = match code.possible_starts(MOST_STARTS) {
-        Some(starts) if starts.is_empty() => code.none(),
-        Some(starts) => code
-            .in_step(&starts, MAX)
-            .unwrap_or_else(|| code.sweep_all()),
-        None => code.sweep_all(),
-    };
-    #[cfg(fuzzing)]
-    fuzzing::agree(&code);
+    let (mut found, starts) = code.swept();
+    // Code only a branch reaches, past data the sweep read as code.
+    if let Some(starts) = starts {
+        code.add_branch_reached(&starts, &mut found);
+    }
     for refs in &mut found {
         refs.truncate(MAX);
     }
     found
+}
+
+impl Code<'_> {
+    /// What one linear sweep from the start finds, and the possible starts
+    /// it was found among (`None` where there were too many, and the code
+    /// was swept whole).
+    fn swept(&self) -> (Found, Option<Vec<usize>>) {
+        let found = match self.possible_starts(MOST_STARTS) {
+            Some(starts) if starts.is_empty() => (self.none(), Some(starts)),
+            Some(starts) => (
+                self.in_step(&starts, MAX)
+                    .unwrap_or_else(|| self.sweep_all()),
+                Some(starts),
+            ),
+            None => (self.sweep_all(), None),
+        };
+        #[cfg(fuzzing)]
+        fuzzing::agree(self);
+        found
+    }
 }
 
 /// Code, and what is asked of it.
@@ -613,6 +631,16 @@ mod fuzzing {
 mod tests {
     use super::*;
 
+    /// What one sweep finds of `bytes` at `addr` in `ranges` (what
+    /// [`references`] finds but for code only a branch reaches).
+    fn swept(bytes: &[u8], addr: u64, fixed: bool, ranges: &[Range]) -> Found {
+        let mut found = code(bytes, addr, fixed, ranges).swept().0;
+        for refs in &mut found {
+            refs.truncate(MAX);
+        }
+        found
+    }
+
     /// `bytes` at `addr`, asked about `ranges`.
     fn code<'c>(bytes: &'c [u8], addr: u64, fixed: bool, ranges: &'c [Range]) -> Code<'c> {
         Code {
@@ -721,14 +749,38 @@ mod tests {
                 end: 0x2000,
             },
         ];
-        let together = references(&bytes, addr, false, &ranges);
+        let together = swept(&bytes, addr, false, &ranges);
         let whole = fuzzing::sweep_every(&code(&bytes, addr, false, &ranges));
         for (i, range) in ranges.iter().enumerate() {
-            let alone = references(&bytes, addr, false, &[*range]);
+            let alone = swept(&bytes, addr, false, &[*range]);
             assert_eq!(together[i], alone[0], "{i}");
             let first: Vec<Reference> = whole[i].iter().take(MAX).copied().collect();
             assert_eq!(together[i], first, "{i}");
             assert_eq!(together[i].is_empty(), i == 5, "{i}");
+        }
+    }
+
+    /// Code a branch reaches only adds to what the sweep finds: every
+    /// finding of the sweep is still there, in noise and real code alike.
+    #[test]
+    fn branch_reached_code_only_adds() {
+        let bytes = noise(11, 1 << 18);
+        let addr = 0x10_0000;
+        for range in [
+            Range {
+                start: 0x4000_0000,
+                end: 0x5000_0000,
+            },
+            Range {
+                start: 0x10_0000,
+                end: 0x14_0000,
+            },
+        ] {
+            let all = references(&bytes, addr, false, &[range]);
+            let sweep = swept(&bytes, addr, false, &[range]);
+            for r in &sweep[0] {
+                assert!(all[0].contains(r), "{r:?}");
+            }
         }
     }
 
@@ -959,7 +1011,7 @@ mod tests {
         let all = code.possible_starts(usize::MAX).expect("no limit");
         assert!(all.len() >= 1 << 12, "{}", all.len());
         assert_eq!(code.possible_starts(100), None);
-        let found = references(&bytes, addr, false, &ranges);
+        let found = swept(&bytes, addr, false, &ranges);
         assert_eq!(found, code.sweep(0, None).0);
         assert_eq!(found[0].len(), MAX);
     }
@@ -977,7 +1029,7 @@ mod tests {
             let mut each = [4096, 3 * SIFT].map(|len| {
                 let mut bytes = vec![0x90; len];
                 bytes[1000..1000 + ins.len()].copy_from_slice(ins);
-                let found = references(&bytes, addr, fixed, &ranges);
+                let found = swept(&bytes, addr, fixed, &ranges);
                 let (one, _) = code(&bytes, addr, fixed, &ranges).sweep(0, None);
                 assert_eq!(found, one);
                 found[0]
