@@ -33,6 +33,7 @@ use tree::{Key, Tree};
     after_help = "EXAMPLES:
   offload-probe slim /usr/lib/x86_64-linux-gnu/librocsparse.so.0 --device gfx90a:sramecc+:xnack- --dry-run
   offload-probe slim /opt/venv/lib --device sm_90 --output /tmp/slim
+  offload-probe slim nvidia_curand-10.4.5.25-py3-none-manylinux_2_27_x86_64.whl --device sm_90 --output dist --local-version sm90
   offload-probe slim /opt/rocm/lib --in-place             (the GPUs detected here)
   offload-probe slim /usr/lib/x86_64-linux-gnu/rocblas --device gfx90a --output /tmp/rocblas --link-unchanged
 
@@ -45,7 +46,9 @@ EXIT STATUS:
 )]
 struct Args {
     /// Files (ELF executables, shared objects, objects, archives, raw
-    /// containers) and directories, walked.
+    /// containers) and directories, walked. A wheel (`*.whl`) named here is
+    /// slimmed as a wheel into --output: a new wheel whose RECORD has the
+    /// new hashes.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     /// Keep what this device loads (repeatable); without any, the GPUs detected here.
@@ -78,6 +81,11 @@ struct Args {
     /// PTX and AMD's SPIR-V (`--keep-ptx` is the older name).
     #[arg(long, alias = "keep-ptx")]
     keep_portable: bool,
+    /// With a wheel (`*.whl`) and --output: add this local version label
+    /// (`sm90`) to the slimmed wheel's version, in its file name, METADATA
+    /// and .dist-info directory.
+    #[arg(long, value_name = "LABEL", requires = "output")]
+    local_version: Option<String>,
     /// Print the machine-readable report.
     #[arg(long)]
     json: bool,
@@ -128,7 +136,32 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         eprintln!("offload-probe slim: {e}");
         return ExitCode::from(2);
     }
+    let (wheels, paths): (Vec<PathBuf>, Vec<PathBuf>) =
+        args.paths.iter().cloned().partition(|p| is_wheel(p));
+    if !wheels.is_empty() && args.in_place {
+        eprintln!("offload-probe slim: a wheel is slimmed into --output DIR, not in place");
+        return ExitCode::from(2);
+    }
+    if args.local_version.is_some() && wheels.is_empty() {
+        eprintln!("offload-probe slim: --local-version labels a wheel; no wheel (*.whl) was named");
+        return ExitCode::from(2);
+    }
+    let args = Args { paths, ..args };
+    let wheel_dir = args.output.clone().unwrap_or_else(std::env::temp_dir);
+    let wheel_reports: Vec<offload_slim::WheelReport> = wheels
+        .iter()
+        .map(|w| {
+            offload_slim::slim_wheel(
+                w,
+                &options,
+                &wheel_dir,
+                args.local_version.as_deref(),
+                args.dry_run,
+            )
+        })
+        .collect();
     let tree = match &args.output {
+        _ if args.paths.is_empty() => None,
         Some(dir) => match Tree::list(&args.paths, dir, args.link_unchanged) {
             Ok(tree) => Some(tree),
             Err(e) => {
@@ -140,6 +173,11 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
     };
     let (jobs, mut errors) = find(&args, tree.as_ref());
     let mut reports = slim_all(&jobs, &options, args.dry_run, args.json);
+    for w in &wheel_reports {
+        if let Some(e) = &w.error {
+            errors.push(e.clone());
+        }
+    }
     for (job, r) in jobs.iter().zip(&mut reports) {
         remove_links(job, r);
         if let Some(e) = &r.error {
@@ -159,6 +197,15 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         errors.extend(summary.errors.iter().cloned());
         summary
     });
+    // The wheels' files are reported as files are (after the tree's).
+    for w in &wheel_reports {
+        for f in &w.files {
+            if let Some(e) = &f.error {
+                errors.push(format!("{}: {e}", f.path.display()));
+            }
+        }
+        reports.extend(w.files.iter().cloned());
+    }
     let missing = reports.iter().any(|r| !r.missing.is_empty());
     let run = Run {
         reports: &reports,
@@ -171,6 +218,7 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
             _ => OtherGpuFiles::LeftOut,
         },
         tree: args.output.as_deref().zip(summary.as_ref()),
+        wheels: &wheel_reports,
     };
     let out = if args.json {
         show::json(&run)
@@ -379,6 +427,11 @@ fn in_place(path: &Path, also: &[PathBuf], remove_other_gpus: bool) -> Destinati
         also,
         remove_other_gpus,
     }
+}
+
+/// A wheel named on the command line: a regular file named `*.whl`.
+fn is_wheel(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "whl") && path.is_file()
 }
 
 fn is_symlink(path: &Path) -> bool {

@@ -27,6 +27,7 @@ mod file;
 mod pieces;
 mod refs;
 mod refusal;
+pub mod wheel;
 
 use offload_loader::discover::{OffloadSection, SectionRole};
 use offload_loader::target::OffloadKind;
@@ -43,6 +44,7 @@ pub use file::{
 };
 pub use pieces::{Output, Piece};
 pub use refusal::Unsafe;
+pub use wheel::{slim_wheel, WheelReport};
 
 /// What became of one container.
 #[derive(Debug, Clone, PartialEq, Eq)]

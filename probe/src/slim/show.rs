@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use offload_slim::{FileReport, Options, Outcome};
+use offload_slim::{FileReport, Options, Outcome, WheelReport};
 
 use super::complete::{Summary, FOR_OTHER_GPUS};
 use crate::human::size;
@@ -29,6 +29,8 @@ pub struct Run<'a> {
     pub other_gpus: OtherGpuFiles,
     /// With `--output`: the tree and what it got.
     pub tree: Option<(&'a Path, &'a Summary)>,
+    /// The wheels slimmed as wheels (their files are among `reports`).
+    pub wheels: &'a [WheelReport],
 }
 
 impl Run<'_> {
@@ -200,7 +202,32 @@ pub fn human(run: &Run<'_>) -> String {
     if let Some((dir, summary)) = run.tree {
         tree(&mut s, dir, summary, dry_run);
     }
+    for w in run.wheels {
+        wheel(&mut s, w);
+    }
     s
+}
+
+/// A wheel slimmed as a wheel: what was written, its size, how many of its
+/// files changed.
+fn wheel(s: &mut String, w: &WheelReport) {
+    use std::fmt::Write;
+    let changed = w.files.iter().filter(|f| f.written).count();
+    let what = match (&w.output, &w.error) {
+        (_, Some(e)) => format!("not written: {e}"),
+        (Some(o), None) => format!("written as {}", o.display()),
+        (None, None) => "dry run: no wheel written".into(),
+    };
+    let _ = writeln!(
+        s,
+        "wheel {}: {what}; {} -> {} ({} bytes -> {} bytes), {changed} of its {} file(s) of GPU code slimmed, RECORD rewritten",
+        w.path.display(),
+        size(w.before),
+        size(w.after),
+        w.before,
+        w.after,
+        w.files.len()
+    );
 }
 
 /// A file for other GPUs: what became of it, and what each device says of
@@ -334,6 +361,14 @@ pub fn json(run: &Run<'_>) -> String {
         "total": {"before": before, "after": after, "holes": holes},
         "errors": errors,
         "tree": run.tree.map(|(dir, t)| tree_json(dir, t)),
+        "wheels": run.wheels.iter().map(|w| json!({
+            "path": w.path,
+            "output": w.output,
+            "before": w.before,
+            "after": w.after,
+            "error": w.error,
+            "files": w.files.iter().map(|f| &f.path).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
     });
     format!(
         "{}\n",
