@@ -28,7 +28,7 @@ use zip::write::SimpleFileOptions;
 use zip::{ZipArchive, ZipWriter};
 
 use crate::file::{slim_file, Destination, FileReport, Options};
-use record::{Row, WheelName};
+use record::WheelName;
 
 /// What slimming a wheel did.
 #[derive(Debug, Default)]
@@ -90,21 +90,37 @@ fn run(
         ));
     }
     report.before = fs::metadata(&path).map_err(|e| at(&e))?.len();
+    let new_name = match label {
+        Some(l) => name.with_label(l),
+        None => name.clone(),
+    };
+    let target = out.join(new_name.to_string());
+    if !dry_run && same_file(&target, &path) {
+        return Err(at(&format!(
+            "the slimmed wheel would replace it ({}): name another --output directory, or a local version label",
+            target.display()
+        )));
+    }
     let mut zip = ZipArchive::new(BufReader::new(File::open(&path).map_err(|e| at(&e))?))
         .map_err(|e| at(&e))?;
     let scratch = Scratch::new(out).map_err(|e| at(&e))?;
     // The entries that may hold GPU code, taken out one at a time.
     let mut candidates: Vec<(usize, String, PathBuf)> = Vec::new();
     for i in 0..zip.len() {
-        let mut entry = zip.by_index(i).map_err(|e| at(&e))?;
-        if entry.is_dir() {
+        let entry = zip.by_index(i).map_err(|e| at(&e))?;
+        // An entry larger than the limits allow is copied as it is, never
+        // taken out (a zip bomb fills no disk); one whose data runs past
+        // its declared size is an error of the zip reader.
+        if entry.is_dir() || entry.size() > options.limits.max_uncompressed {
             continue;
         }
+        let name = entry.name().to_string();
         let taken = scratch.0.join(format!("{i}.in"));
-        io::copy(&mut entry, &mut File::create(&taken).map_err(|e| at(&e))?)
-            .map_err(|e| at(&format!("{}: {e}", entry.name())))?;
+        let mut limited = entry.take(options.limits.max_uncompressed);
+        io::copy(&mut limited, &mut File::create(&taken).map_err(|e| at(&e))?)
+            .map_err(|e| at(&format!("{name}: {e}")))?;
         if MappedFile::open_if_offload(&taken).is_ok_and(|f| f.is_some()) {
-            candidates.push((i, entry.name().to_string(), taken));
+            candidates.push((i, name, taken));
         } else {
             fs::remove_file(&taken).map_err(|e| at(&e))?;
         }
@@ -139,11 +155,6 @@ fn run(
     if dry_run {
         return Ok(());
     }
-    let new_name = match label {
-        Some(l) => name.with_label(l),
-        None => name.clone(),
-    };
-    let target = out.join(new_name.to_string());
     let temp = out.join(format!(".{new_name}.{}.tmp", scratch.1));
     let written = write(&mut zip, &name, &new_name, &changed, &temp)
         .and_then(|()| fs::rename(&temp, &target).map_err(|e| e.to_string()));
@@ -153,6 +164,37 @@ fn run(
     }
     report.output = Some(target);
     Ok(())
+}
+
+/// An entry's new content: a slimmed file, streamed from the scratch
+/// directory; or small text made here (`METADATA`, `RECORD`).
+enum Content {
+    File(PathBuf),
+    Text(Vec<u8>),
+}
+
+impl Content {
+    fn len(&self) -> io::Result<u64> {
+        match self {
+            Content::File(p) => Ok(fs::metadata(p)?.len()),
+            Content::Text(t) => Ok(t.len() as u64),
+        }
+    }
+
+    /// Its `RECORD` hash, read through once.
+    fn hash(&self) -> io::Result<String> {
+        match self {
+            Content::File(p) => record::hash_reader(File::open(p)?),
+            Content::Text(t) => Ok(record::hash(t)),
+        }
+    }
+
+    fn copy_to(&self, w: &mut impl Write) -> io::Result<()> {
+        match self {
+            Content::File(p) => io::copy(&mut File::open(p)?, w).map(drop),
+            Content::Text(t) => w.write_all(t),
+        }
+    }
 }
 
 /// The new wheel, written to `temp` (synced).
@@ -166,72 +208,51 @@ fn write(
     let (info, new_info) = (name.dist_info(), new_name.dist_info());
     let (data, new_data) = (name.data(), new_name.data());
     let rename = |p: &str| record::renamed(&record::renamed(p, &info, &new_info), &data, &new_data);
-    let record_name = format!("{info}/RECORD");
-    let metadata_name = format!("{info}/METADATA");
-    // What changes: the slimmed entries' bytes, METADATA's version.
-    let mut new_bytes: std::collections::HashMap<usize, Vec<u8>> = Default::default();
-    for (i, result) in changed {
-        new_bytes.insert(*i, fs::read(result).map_err(|e| e.to_string())?);
+    // What changes: the slimmed entries, METADATA's version, RECORD.
+    let mut contents: std::collections::HashMap<usize, Content> = changed
+        .iter()
+        .map(|(i, result)| (*i, Content::File(result.clone())))
+        .collect();
+    if name.version != new_name.version {
+        let (i, text) = read_text(zip, &format!("{info}/METADATA"))?;
+        let text = record::set_metadata_version(&text, &new_name.version)
+            .ok_or_else(|| format!("{info}/METADATA has no Version header"))?;
+        contents.insert(i, Content::Text(text.into_bytes()));
     }
-    let mut record_at = None;
-    for i in 0..zip.len() {
+    let (record_at, text) = read_text(zip, &format!("{info}/RECORD"))?;
+    let mut rows = record::parse_record(&text)
+        .ok_or_else(|| format!("{info}/RECORD is not CSV of path, hash, size"))?;
+    let mut by_name: std::collections::HashMap<String, &Content> = Default::default();
+    for (&i, content) in &contents {
         let entry = zip.by_index_raw(i).map_err(|e| e.to_string())?;
-        if entry.name() == record_name {
-            record_at = Some(i);
-        } else if entry.name() == metadata_name && name.version != new_name.version {
-            drop(entry);
-            let mut text = String::new();
-            zip.by_index(i)
-                .map_err(|e| e.to_string())?
-                .read_to_string(&mut text)
-                .map_err(|e| format!("{metadata_name}: {e}"))?;
-            let text = record::set_metadata_version(&text, &new_name.version)
-                .ok_or_else(|| format!("{metadata_name} has no Version header"))?;
-            new_bytes.insert(i, text.into_bytes());
-        }
+        by_name.insert(entry.name().to_string(), content);
     }
-    let record_at = record_at.ok_or_else(|| format!("no {record_name}"))?;
-    let record = {
-        let mut text = String::new();
-        zip.by_index(record_at)
-            .map_err(|e| e.to_string())?
-            .read_to_string(&mut text)
-            .map_err(|e| format!("{record_name}: {e}"))?;
-        let mut rows = record::parse_record(&text)
-            .ok_or_else(|| format!("{record_name} is not CSV of path, hash, size"))?;
-        let mut by_name: std::collections::HashMap<String, &Vec<u8>> = Default::default();
-        for (&i, bytes) in &new_bytes {
-            let entry = zip.by_index_raw(i).map_err(|e| e.to_string())?;
-            by_name.insert(entry.name().to_string(), bytes);
+    for row in &mut rows {
+        if let Some(content) = by_name.get(&row.path) {
+            row.hash = content.hash().map_err(|e| format!("{}: {e}", row.path))?;
+            row.size = content.len().map_err(|e| e.to_string())?.to_string();
         }
-        for row in &mut rows {
-            if let Some(bytes) = by_name.get(&row.path) {
-                *row = Row {
-                    path: row.path.clone(),
-                    hash: record::hash(bytes),
-                    size: bytes.len().to_string(),
-                };
-            }
-            row.path = rename(&row.path);
-        }
-        record::write_record(&rows).into_bytes()
-    };
-    new_bytes.insert(record_at, record);
+        row.path = rename(&row.path);
+    }
+    contents.insert(
+        record_at,
+        Content::Text(record::write_record(&rows).into_bytes()),
+    );
     let file = File::create(temp).map_err(|e| format!("{}: {e}", temp.display()))?;
     let mut writer = ZipWriter::new(io::BufWriter::new(file));
     for i in 0..zip.len() {
         let entry = zip.by_index_raw(i).map_err(|e| e.to_string())?;
         let new_entry_name = rename(entry.name());
-        match new_bytes.get(&i) {
-            Some(bytes) => {
-                let options: SimpleFileOptions = entry
-                    .options()
-                    .large_file(bytes.len() as u64 >= u64::from(u32::MAX));
+        match contents.get(&i) {
+            Some(content) => {
+                let len = content.len().map_err(|e| e.to_string())?;
+                let options: SimpleFileOptions =
+                    entry.options().large_file(len >= u64::from(u32::MAX));
                 drop(entry);
                 writer
                     .start_file(new_entry_name, options)
                     .map_err(|e| e.to_string())?;
-                writer.write_all(bytes).map_err(|e| e.to_string())?;
+                content.copy_to(&mut writer).map_err(|e| e.to_string())?;
             }
             None if new_entry_name != entry.name() => writer
                 .raw_copy_file_rename(entry, new_entry_name)
@@ -246,6 +267,30 @@ fn write(
         .map_err(|e| e.to_string())?
         .sync_all()
         .map_err(|e| e.to_string())
+}
+
+/// The index and text of entry `name` (a small text file of the
+/// `.dist-info` directory, read whole, at most 64 MiB).
+fn read_text(zip: &mut ZipArchive<BufReader<File>>, name: &str) -> Result<(usize, String), String> {
+    let i = zip
+        .index_for_name(name)
+        .ok_or_else(|| format!("no {name}"))?;
+    let mut text = String::new();
+    zip.by_index(i)
+        .map_err(|e| e.to_string())?
+        .take(64 << 20)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{name}: {e}"))?;
+    Ok((i, text))
+}
+
+/// Whether `a` and `b` name one file (`a` need not exist).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (fs::metadata(a), fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }
 
 /// A scratch directory in the output directory, removed when dropped, and

@@ -215,18 +215,21 @@ fn wheel(s: &mut String, w: &WheelReport) {
     let changed = w.files.iter().filter(|f| f.written).count();
     let what = match (&w.output, &w.error) {
         (_, Some(e)) => format!("not written: {e}"),
-        (Some(o), None) => format!("written as {}", o.display()),
+        (Some(o), None) => format!(
+            "written as {}, {changed} of its {} file(s) of GPU code slimmed, RECORD rewritten",
+            o.display(),
+            w.files.len()
+        ),
         (None, None) => "dry run: no wheel written".into(),
     };
     let _ = writeln!(
         s,
-        "wheel {}: {what}; {} -> {} ({} bytes -> {} bytes), {changed} of its {} file(s) of GPU code slimmed, RECORD rewritten",
+        "wheel {}: {what}; {} -> {} ({} bytes -> {} bytes)",
         w.path.display(),
         size(w.before),
         size(w.after),
         w.before,
-        w.after,
-        w.files.len()
+        w.after
     );
 }
 

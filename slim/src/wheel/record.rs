@@ -208,6 +208,24 @@ pub fn hash(bytes: &[u8]) -> String {
     )
 }
 
+/// [`hash`] of what `reader` gives, read through in blocks.
+pub fn hash_reader(mut reader: impl std::io::Read) -> std::io::Result<String> {
+    use base64::Engine;
+    use sha2::Digest;
+    let mut digest = sha2::Sha256::new();
+    let mut block = vec![0u8; 1 << 16];
+    loop {
+        match reader.read(&mut block)? {
+            0 => break,
+            n => digest.update(&block[..n]),
+        }
+    }
+    Ok(format!(
+        "sha256={}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest.finalize())
+    ))
+}
+
 /// `path` with a leading `{from}/` directory replaced by `{to}/`.
 pub fn renamed(path: &str, from: &str, to: &str) -> String {
     match path.strip_prefix(from).and_then(|r| r.strip_prefix('/')) {
@@ -281,6 +299,8 @@ mod tests {
             hash(b"hello"),
             "sha256=LPJNul-wow4m6DsqxbninhsWHlwfp0JecwQzYpOLmCQ"
         );
+        let big: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+        assert_eq!(hash_reader(&big[..]).unwrap(), hash(&big));
         assert_eq!(
             renamed("a-1.dist-info/RECORD", "a-1.dist-info", "a-1+x.dist-info"),
             "a-1+x.dist-info/RECORD"
