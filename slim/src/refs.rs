@@ -40,6 +40,7 @@ use std::cell::OnceCell;
 
 use object::elf;
 use object::read::elf::{SectionHeader, Sym};
+use object::read::StringTable;
 use object::LittleEndian as LE;
 
 mod x86_64;
@@ -69,6 +70,15 @@ pub(crate) enum Kind {
     /// The section's own symbol, exported: another file may refer to it
     /// with an addend.
     Exported,
+}
+
+impl Reference {
+    /// Whether it names its target exactly (an instruction's operand, a
+    /// word of data): a place that can be kept true by keeping it where it
+    /// is, unlike an `ADRP` page or another section's symbol.
+    pub(crate) fn is_exact(&self) -> bool {
+        matches!(self.kind, Kind::Code | Kind::Data)
+    }
 }
 
 impl std::fmt::Display for Reference {
@@ -104,6 +114,8 @@ pub(crate) struct File<'d> {
     pub fixed: bool,
     /// The section that would move (skipped: its own bytes are GPU code).
     pub index: usize,
+    /// The section name table (`e_shstrndx`), where it can be read.
+    pub names: Option<StringTable<'d>>,
 }
 
 /// A section a scan reads: loaded, with bytes in the file.
@@ -135,18 +147,9 @@ const FORMAT_TABLES: [&[u8]; 5] = [
 ];
 
 impl<'d> File<'d> {
-    /// Section `s`'s name, from the table `e_shstrndx` (ELF64 header offset
-    /// 62) names.
+    /// Section `s`'s name, where the section name table holds it.
     fn name(&self, s: &elf::SectionHeader64<LE>) -> Option<&'d [u8]> {
-        let e = self.endian;
-        let index = u16::from_le_bytes(self.data.get(62..64)?.try_into().ok()?);
-        let names = self
-            .shdrs
-            .get(usize::from(index))?
-            .data(e, self.data)
-            .ok()?;
-        let name = names.get(usize::try_from(s.sh_name(e)).ok()?..)?;
-        name.split(|&b| b == 0).next()
+        s.name(self.endian, self.names?).ok()
     }
 
     /// The sections a scan reads: every loaded one with bytes in the file,

@@ -234,16 +234,6 @@ impl Map {
         Some(Map::new(moves, removed, t.size, new_size, shared_end))
     }
 
-    /// Whether a kept container starts at section offset `at`.
-    pub(super) fn kept_start(&self, at: u64) -> bool {
-        self.starting(at).is_some()
-    }
-
-    /// Whether a kept container ends at section offset `at`.
-    pub(super) fn kept_end(&self, at: u64) -> bool {
-        self.ending(at).is_some()
-    }
-
     /// Whether section offset `at` lies in a container that goes.
     pub(super) fn gone(&self, at: u64) -> bool {
         let holds = |&(old, len): &(u64, u64)| at >= old && at - old < len;

@@ -159,7 +159,7 @@ pub(super) fn unseen(
     // first start, or a pinned one) stays true, whichever container it
     // names: the one that starts or the one that ends there.
     let stays = |r: &refs::Reference| {
-        matches!(r.kind, refs::Kind::Code | refs::Kind::Data)
+        r.is_exact()
             && r.to
                 .checked_sub(addr)
                 .is_some_and(|at| at < map.old_size && map.map(at, Point::Unknown) == Some(at))
@@ -187,9 +187,8 @@ pub(super) fn pins(unseen: &[refs::Reference], map: &Map, addr: u64) -> Option<V
         .iter()
         .map(|r| {
             let at = r.to.checked_sub(addr)?;
-            let exact = matches!(r.kind, refs::Kind::Code | refs::Kind::Data);
-            let boundary = map.kept_start(at) || map.kept_end(at);
-            (exact && at < map.old_size && boundary).then_some(at)
+            let boundary = map.starting(at).is_some() || map.ending(at).is_some();
+            (r.is_exact() && at < map.old_size && boundary).then_some(at)
         })
         .collect::<Option<_>>()?;
     pins.sort_unstable();
@@ -197,15 +196,12 @@ pub(super) fn pins(unseen: &[refs::Reference], map: &Map, addr: u64) -> Option<V
     Some(pins)
 }
 
-/// The refusal `unseen` makes: compaction would move what they refer to;
-/// holes remain where each names a place that stays when the section is
-/// rewritten where it stands.
+/// The refusal `unseen` (not empty) makes: compaction would move what they
+/// refer to; holes remain where each names a place that stays when the
+/// section is rewritten where it stands.
 pub(super) fn refusal(unseen: &[refs::Reference], map: &Map, addr: u64) -> Unsafe {
     Unsafe {
-        why: match unseen.first() {
-            Some(first) => format!("{first}: compaction would move what it refers to"),
-            None => "nothing refers to the section".into(),
-        },
+        why: format!("{}: compaction would move what it refers to", unseen[0]),
         in_place: unseen
             .iter()
             .all(|r| r.kind != refs::Kind::Page && map.stays_in_place(r.to - addr)),

@@ -156,6 +156,7 @@ impl<'a> Target<'a> {
             machine: self.machine,
             fixed: self.kind == elf::ET_EXEC,
             index: self.index,
+            names: self.names,
         };
         refs::Scan::new(file, together)
     }
