@@ -23,9 +23,9 @@ use offload_loader::{select, Container, Content, Image, ImageSource, Limits, Pol
 use once_cell::race::OnceBox;
 
 use crate::error::Error;
-use crate::link::{self, Linked};
+use crate::link::{self, Copied, Linked};
 use crate::loader_lock::Inside;
-use crate::objects::Pin;
+use crate::objects;
 use crate::process::{self, Located, ObjectName};
 use crate::slots::{Fatbin, Runtime};
 use crate::vendor_terms;
@@ -116,7 +116,7 @@ pub(crate) struct Made {
     pub selections: Vec<Selection>,
     /// Per device: its module is linked from the program's objects by the
     /// CUDA driver, the stub having no image for it ([`crate::link`]).
-    pub linked: Vec<bool>,
+    linked: Vec<bool>,
     pub modules: Vec<ModuleCell>,
     next: *mut Made,
 }
@@ -128,7 +128,12 @@ impl Made {
         self.selections
             .get(device)
             .is_some_and(|s| s.chosen.is_some())
-            || self.linked.get(device).copied().unwrap_or(false)
+            || self.is_linked(device)
+    }
+
+    /// Whether `device`'s module is linked from an `-rdc` stub's objects.
+    pub(crate) fn is_linked(&self, device: usize) -> bool {
+        self.linked.get(device).copied().unwrap_or(false)
     }
 }
 
@@ -317,22 +322,10 @@ pub(crate) fn fatbin_bytes(
     fatbin: &Fatbin,
     locate: impl FnMut(usize) -> Option<Located>,
 ) -> Option<&'static [u8]> {
-    let segment = segment_of(fatbin, fatbin.start, locate)?;
+    let segment = objects::segment_of(fatbin.pin, fatbin.start, locate)?;
     // SAFETY: the range lies in a loaded segment of the registering object,
     // which stays loaded until its destructor unregisters this fat binary.
     Some(unsafe { process::memory(fatbin.start..segment.end) })
-}
-
-/// The loaded segment that holds `addr`, a place the registration of
-/// `fatbin` names: found in its pinned object or else by `locate`.
-pub(crate) fn segment_of(
-    fatbin: &Fatbin,
-    addr: usize,
-    mut locate: impl FnMut(usize) -> Option<Located>,
-) -> Option<std::ops::Range<usize>> {
-    Pin::from_raw(fatbin.pin)
-        .and_then(|pin| pin.segment(addr))
-        .or_else(|| Some(locate(addr)?.segment))
 }
 
 /// A library entered by a reader: its memory stays mapped while this lives.
@@ -535,17 +528,11 @@ impl Reading<'_> {
     /// images, each with what its header says where that is cheap to read,
     /// and those of a device-link stub's objects.
     pub(crate) fn snapshot(&self) -> Snapshot {
-        let mut images = self.images().to_vec();
-        for (i, image) in images.iter_mut().enumerate() {
-            if image.content.is_none() {
-                image.content = self.read_content(i);
-            }
-        }
         Snapshot {
             id: self.lib.id,
             origin: self.origin(),
             runtime: self.lib.runtime,
-            images,
+            images: Copied::of(self),
             objects: link::objects(self.linked()),
         }
     }
@@ -557,17 +544,17 @@ pub(crate) struct Snapshot {
     id: usize,
     origin: String,
     runtime: Runtime,
-    images: Vec<Image>,
+    images: Copied,
     objects: Vec<link::Object>,
 }
 
 impl ImageSource for Snapshot {
     fn images(&self) -> &[Image] {
-        &self.images
+        self.images.images()
     }
 
     fn read_content(&self, index: usize) -> Option<Content> {
-        self.images.get(index)?.content.clone()
+        self.images.read_content(index)
     }
 }
 
@@ -594,7 +581,7 @@ impl Snapshot {
             self.id,
             self.runtime,
             &self.origin,
-            &self.images,
+            self.images.images(),
             devices,
             (selections, &plans),
             info,

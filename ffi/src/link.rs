@@ -22,7 +22,7 @@ use offload_loader::select::DeviceTarget;
 use offload_loader::target::OffloadKind;
 use offload_loader::{select, Container, Content, Image, ImageSource, Limits, Policy, Selection};
 
-use crate::library::segment_of;
+use crate::objects::segment_of;
 use crate::process::{self, Located};
 use crate::slots::Fatbin;
 
@@ -51,7 +51,7 @@ pub(crate) fn inputs(
     if fatbin.linked == 0 {
         return found;
     }
-    let Some(array) = segment_of(fatbin, fatbin.linked, &mut locate) else {
+    let Some(array) = segment_of(fatbin.pin, fatbin.linked, &mut locate) else {
         return found;
     };
     let mut at = fatbin.linked;
@@ -64,7 +64,7 @@ pub(crate) fn inputs(
         if address == 0 {
             break;
         }
-        let bytes = segment_of(fatbin, address, &mut locate).map(|segment| {
+        let bytes = segment_of(fatbin.pin, address, &mut locate).map(|segment| {
             // SAFETY: as above, a loaded segment of the registering object.
             unsafe { process::memory(address..segment.end) }
         });
@@ -74,16 +74,29 @@ pub(crate) fn inputs(
     found
 }
 
-/// One object's images, each with what its header says where that is
-/// cheap to read (as the container gave it), copied out of the library's
-/// memory; or why its fat binary cannot be read.
-pub(crate) type Object = Result<Images, String>;
+/// One object's images ([`Copied`]), or why its fat binary cannot be read.
+pub(crate) type Object = Result<Copied, String>;
 
-/// Images copied out of an object's fat binary, see [`Object`].
+/// Images copied out of a library's memory, each with what its header says
+/// where that is cheap to read (what the source gave, else its own first
+/// bytes): what a report needs once the memory may be gone.
 #[derive(Debug, Clone)]
-pub(crate) struct Images(Vec<Image>);
+pub(crate) struct Copied(Vec<Image>);
 
-impl ImageSource for Images {
+impl Copied {
+    /// `source`'s images, copied.
+    pub(crate) fn of(source: &impl ImageSource) -> Copied {
+        let mut images = source.images().to_vec();
+        for (i, image) in images.iter_mut().enumerate() {
+            if image.content.is_none() {
+                image.content = source.read_content(i);
+            }
+        }
+        Copied(images)
+    }
+}
+
+impl ImageSource for Copied {
     fn images(&self) -> &[Image] {
         &self.0
     }
@@ -100,13 +113,7 @@ pub(crate) fn objects(linked: &[Linked]) -> Vec<Object> {
         .enumerate()
         .map(|(i, object)| {
             let container = parse(object).map_err(|e| format!("object {i}: {e}"))?;
-            let mut images = container.images().to_vec();
-            for (j, image) in images.iter_mut().enumerate() {
-                if image.content.is_none() {
-                    image.content = container.read_content(j);
-                }
-            }
-            Ok(Images(images))
+            Ok(Copied::of(&container))
         })
         .collect()
 }

@@ -95,6 +95,19 @@ impl Pin {
     }
 }
 
+/// The loaded segment that holds `addr`, a place a registration names:
+/// found in the object its pin (`Pin::to_raw`, 0 for none) holds, or else
+/// by `locate`.
+pub(crate) fn segment_of(
+    pin: u64,
+    addr: usize,
+    mut locate: impl FnMut(usize) -> Option<Located>,
+) -> Option<Range<usize>> {
+    Pin::from_raw(pin)
+        .and_then(|pin| pin.segment(addr))
+        .or_else(|| Some(locate(addr)?.segment))
+}
+
 /// An object found for an address, pinned for the registration being made:
 /// dropped, it lets go; [`Pinned::keep`] hands the pin to the registration.
 pub(crate) struct Pinned {

@@ -456,7 +456,7 @@ fn module(
     }
     let selection = made.selections.get(device).ok_or_else(no_device)?;
     let target = detection.devices.get(device).ok_or_else(no_device)?;
-    let loaded = if selection.chosen.is_none() && made.has_code(device) {
+    let loaded = if made.is_linked(device) {
         link(library, target, device)
     } else {
         load(library, selection, target, device)
