@@ -24,6 +24,7 @@ mod compare;
 mod container;
 mod elf;
 mod file;
+pub mod image;
 mod pieces;
 mod refs;
 mod refusal;
@@ -42,6 +43,7 @@ pub use file::{
     symlink_name, sync_tree, ContainerSummary, Copied, CopyError, Destination, FileReport,
     GuardError, How, Options, OtherGpus, Removed,
 };
+pub use image::{slim_image, ImageReport, Reference};
 pub use pieces::{Output, Piece};
 pub use refusal::Unsafe;
 pub use wheel::{slim_wheel, WheelReport};

@@ -1,0 +1,644 @@
+//! Slimming a container image as an image: an OCI image layout
+//! (`oci:DIR[:TAG]`) or a `docker save` archive (`docker-archive:FILE`),
+//! named as skopeo names them.
+//!
+//! Each layer that holds GPU code is inflated once into a scratch file; its
+//! files of GPU code are slimmed as [`slim_file`] slims a file (in
+//! parallel) and the layer written again, every other byte of its tar
+//! stream as it was (headers with owner, mode, times, xattrs and links;
+//! whiteouts), compressed as it was. A layer in which nothing changes is
+//! kept by digest, never compressed again. The config's `diff_ids` and the
+//! manifest's descriptors follow the new layers; the config's history gains
+//! an entry saying what was done, and the manifest annotations naming the
+//! devices kept. A file for other GPUs is kept: something in the image may
+//! open it by name.
+//!
+//! [`gpu_files`] gives the files of GPU code an image's root file system
+//! holds once its layers are applied (whiteouts and opaque directories
+//! respected), for the probe to report what it reports of a tree.
+
+mod digest;
+mod layer;
+mod sink;
+mod source;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use offload_loader::discover::file::offload_sections;
+use rayon::prelude::*;
+use serde_json::{json, Value};
+
+use crate::file::{slim_file, Destination, FileReport, Options};
+use layer::{Entry, Kind};
+use sink::{Blob, Out};
+use source::Layer;
+
+/// An image, named as skopeo names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reference {
+    /// `oci:DIR[:TAG]`: an OCI image layout, the image its index tags
+    /// `TAG` (without one: the only image in it).
+    Oci { dir: PathBuf, tag: Option<String> },
+    /// `docker-archive:FILE[:NAME:TAG]`: a `docker save` archive.
+    DockerArchive { file: PathBuf, tag: Option<String> },
+}
+
+impl Reference {
+    /// Parses `oci:…` or `docker-archive:…`: the path ends at the first
+    /// `:`, as skopeo reads it (containers/image `SplitPathAndImage`).
+    pub fn parse(s: &str) -> Option<Reference> {
+        let split = |rest: &str| -> (PathBuf, Option<String>) {
+            match rest.split_once(':') {
+                Some((path, tag)) if !tag.is_empty() => (path.into(), Some(tag.into())),
+                Some((path, _)) => (path.into(), None),
+                None => (rest.into(), None),
+            }
+        };
+        if let Some(rest) = s.strip_prefix("oci:") {
+            let (dir, tag) = split(rest);
+            Some(Reference::Oci { dir, tag })
+        } else if let Some(rest) = s.strip_prefix("docker-archive:") {
+            let (file, tag) = split(rest);
+            Some(Reference::DockerArchive { file, tag })
+        } else {
+            None
+        }
+    }
+
+    /// The directory a scratch directory goes in: the output's file system
+    /// (a new blob is renamed into place).
+    fn scratch_parent(&self) -> PathBuf {
+        match self {
+            Reference::Oci { dir, .. } => dir.clone(),
+            Reference::DockerArchive { file, .. } => file
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        }
+    }
+}
+
+impl fmt::Display for Reference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (kind, path, tag) = match self {
+            Reference::Oci { dir, tag } => ("oci", dir, tag),
+            Reference::DockerArchive { file, tag } => ("docker-archive", file, tag),
+        };
+        write!(f, "{kind}:{}", path.display())?;
+        if let Some(tag) = tag {
+            write!(f, ":{tag}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What slimming an image did.
+#[derive(Debug, Default)]
+pub struct ImageReport {
+    /// The image, and the one written (`None`: a dry run, or an error).
+    pub image: String,
+    pub output: Option<String>,
+    /// Its layers.
+    pub layers: Vec<LayerReport>,
+    /// Each file of GPU code in a layer, slimmed (its `path`: the image,
+    /// `!/`, the file's path in the layer).
+    pub files: Vec<FileReport>,
+    /// Why no image was written, if none was (but for a dry run).
+    pub error: Option<String>,
+}
+
+/// A layer: its blob's digest and size before and after (the same when
+/// nothing in it changed: kept by digest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerReport {
+    pub digest: String,
+    pub before: u64,
+    pub new_digest: String,
+    pub after: u64,
+    /// Files of GPU code in it.
+    pub gpu_files: usize,
+}
+
+/// The image `source` slimmed for `options` into `output` (`None`: a dry
+/// run).
+pub fn slim_image(
+    source: &Reference,
+    options: &Options,
+    output: Option<&Reference>,
+) -> ImageReport {
+    let mut report = ImageReport {
+        image: source.to_string(),
+        ..ImageReport::default()
+    };
+    let scratch_parent = output.unwrap_or(source).scratch_parent();
+    let scratch = match Scratch::new(&scratch_parent) {
+        Ok(s) => s,
+        Err(e) => {
+            report.error = Some(format!("{}: {e}", scratch_parent.display()));
+            return report;
+        }
+    };
+    if let Err(e) = run(&mut report, source, options, output, &scratch.0) {
+        report.error = Some(e);
+    }
+    report
+}
+
+fn run(
+    report: &mut ImageReport,
+    source: &Reference,
+    options: &Options,
+    output: Option<&Reference>,
+    scratch: &Path,
+) -> Result<(), String> {
+    let image = source::open(source)?;
+    let name = source.to_string();
+    let dry_run = output.is_none();
+    let slimmed: Vec<Result<Slimmed, String>> = image
+        .layers
+        .par_iter()
+        .enumerate()
+        .map(|(i, l)| slim_layer(l, i, &name, options, scratch, dry_run))
+        .collect();
+    let mut blobs = Vec::new();
+    let mut diff_ids = Vec::new();
+    for (l, s) in image.layers.iter().zip(slimmed) {
+        let s = s?;
+        report.files.extend(s.files);
+        let (blob, descriptor, diff_id) = match s.written {
+            Some((path, w)) => {
+                let mut d = l.descriptor.clone();
+                d["digest"] = json!(w.digest);
+                d["size"] = json!(w.size);
+                (Blob::New(path), d, w.diff_id)
+            }
+            None => (
+                Blob::Original(l.clone()),
+                l.descriptor.clone(),
+                l.diff_id.clone().unwrap_or_default(),
+            ),
+        };
+        report.layers.push(LayerReport {
+            digest: l.digest.clone(),
+            before: l.len as u64,
+            new_digest: descriptor["digest"].as_str().unwrap_or_default().into(),
+            after: descriptor["size"].as_u64().unwrap_or_default(),
+            gpu_files: s.gpu_files,
+        });
+        blobs.push((blob, descriptor));
+        diff_ids.push(diff_id);
+    }
+    let Some(output) = output else {
+        return Ok(());
+    };
+    let summary = summary(options, report);
+    let config = config(&image.config, &diff_ids, &summary)?;
+    let manifest = manifest(image.manifest.as_ref(), &config, &blobs, options, &summary)?;
+    let out = Out {
+        blobs,
+        config,
+        manifest,
+        tags: match output {
+            Reference::DockerArchive { tag: Some(t), .. } => vec![t.clone()],
+            _ => image.tags.clone(),
+        },
+    };
+    match output {
+        Reference::Oci { dir, tag } => {
+            sink::oci(dir, tag.as_deref(), out, scratch).map_err(|e| format!("{output}: {e}"))?;
+        }
+        Reference::DockerArchive { file, .. } => {
+            sink::archive(file, out, scratch).map_err(|e| format!("{output}: {e}"))?;
+        }
+    }
+    report.output = Some(output.to_string());
+    Ok(())
+}
+
+/// A layer slimmed: its files' reports, and its new blob (in the scratch
+/// directory) if anything in it changed.
+struct Slimmed {
+    files: Vec<FileReport>,
+    gpu_files: usize,
+    written: Option<(PathBuf, layer::Written)>,
+}
+
+fn slim_layer(
+    l: &Layer,
+    index: usize,
+    image: &str,
+    options: &Options,
+    scratch: &Path,
+    dry_run: bool,
+) -> Result<Slimmed, String> {
+    let tar_path = scratch.join(format!("{index}.tar"));
+    let tar = layer::inflate(l.bytes(), &l.digest, l.diff_id.as_deref(), &tar_path)?;
+    let _remove = Remove(tar_path.clone());
+    let bytes = tar.bytes();
+    let entries = layer::entries(bytes).map_err(|e| format!("layer {}: {e}", l.digest))?;
+    let gpu: Vec<(usize, &Entry)> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| is_gpu_file(bytes, e))
+        .collect();
+    let results: Vec<(FileReport, PathBuf)> = gpu
+        .par_iter()
+        .map(|&(i, e)| {
+            let input = scratch.join(format!("{index}-{i}.in"));
+            let output = scratch.join(format!("{index}-{i}.out"));
+            let data = &bytes[e.data as usize..(e.data + e.size) as usize];
+            let mut r = match fs::write(&input, data) {
+                Ok(()) if e.pax_size => {
+                    let mut r = slim_file(&input, options, &Destination::DryRun);
+                    r.notes.push(
+                        "left as it is: its size is in a PAX record, which is not rewritten".into(),
+                    );
+                    r
+                }
+                Ok(()) if dry_run => slim_file(&input, options, &Destination::DryRun),
+                Ok(()) => slim_file(&input, options, &Destination::To(output.clone())),
+                Err(err) => FileReport {
+                    error: Some(err.to_string()),
+                    ..FileReport::default()
+                },
+            };
+            let _ = fs::remove_file(&input);
+            r.path = PathBuf::from(format!("{image}!/{}", e.path));
+            r.notes.push(format!("in layer {index} ({})", l.digest));
+            if r.other_gpus.take().is_some() {
+                r.notes.push(
+                    "GPU code for other GPUs only: kept in the image, where something may open it by name"
+                        .into(),
+                );
+            }
+            (r, output)
+        })
+        .collect();
+    let replaced: Vec<layer::Replacement<'_>> = gpu
+        .iter()
+        .zip(&results)
+        .filter(|(_, (r, _))| r.written && r.error.is_none())
+        .map(|(&(_, entry), (_, file))| layer::Replacement { entry, file })
+        .collect();
+    let written = if replaced.is_empty() {
+        None
+    } else {
+        let blob = scratch.join(format!("{index}.blob"));
+        let compression = layer::Compression::of(l.bytes());
+        let w = layer::write(bytes, &replaced, compression, &blob)
+            .map_err(|e| format!("layer {}: {e}", l.digest))?;
+        Some((blob, w))
+    };
+    for (_, out) in &results {
+        let _ = fs::remove_file(out);
+    }
+    Ok(Slimmed {
+        gpu_files: results.len(),
+        files: results.into_iter().map(|(r, _)| r).collect(),
+        written,
+    })
+}
+
+/// Whether entry `e` of the tar stream `tar` is a file of GPU code: one
+/// the loader finds an offload section in (the full reading of what a
+/// directory scan's quick look lets through).
+fn is_gpu_file(tar: &[u8], e: &Entry) -> bool {
+    if e.kind != Kind::File {
+        return false;
+    }
+    let Some(data) = (e.data as usize)
+        .checked_add(e.size as usize)
+        .and_then(|end| tar.get(e.data as usize..end))
+    else {
+        return false;
+    };
+    offload_sections(data).is_ok_and(|s| !s.is_empty())
+}
+
+/// What the image's annotation and history entry say.
+fn summary(options: &Options, report: &ImageReport) -> String {
+    let devices: Vec<String> = options.devices.iter().map(|d| d.to_string()).collect();
+    let slimmed = report.files.iter().filter(|f| f.written).count();
+    let (before, after) = report
+        .layers
+        .iter()
+        .fold((0, 0), |(b, a), l| (b + l.before, a + l.after));
+    format!(
+        "offload-probe slim: kept the GPU code {}{} load; {slimmed} files slimmed, layers {before} -> {after} bytes",
+        devices.join(", "),
+        if options.keep_portable {
+            " and portable code (PTX, SPIR-V)"
+        } else {
+            ""
+        },
+    )
+}
+
+/// The config with new `diff_ids` and a history entry (an empty layer:
+/// history entries stay one per layer).
+fn config(config: &[u8], diff_ids: &[String], summary: &str) -> Result<Vec<u8>, String> {
+    let mut c: Value = serde_json::from_slice(config).map_err(|e| format!("config: {e}"))?;
+    c["rootfs"]["diff_ids"] = json!(diff_ids);
+    let entry =
+        json!({ "created_by": summary, "comment": "offload-probe slim", "empty_layer": true });
+    match c.get_mut("history").and_then(Value::as_array_mut) {
+        Some(h) => h.push(entry),
+        None => c["history"] = json!([entry]),
+    }
+    serde_json::to_vec(&c).map_err(|e| e.to_string())
+}
+
+/// The annotation naming the devices whose code an image keeps.
+pub const DEVICES_ANNOTATION: &str = "org.offload-loader.slim.devices";
+/// The annotation saying what was done.
+pub const SUMMARY_ANNOTATION: &str = "org.offload-loader.slim.summary";
+
+/// The manifest: the original (an OCI layout's) or a new OCI one (an
+/// archive's), with the config's and layers' descriptors and annotations.
+fn manifest(
+    original: Option<&Value>,
+    config: &[u8],
+    blobs: &[(Blob, Value)],
+    options: &Options,
+    summary: &str,
+) -> Result<Vec<u8>, String> {
+    let mut m = original.cloned().unwrap_or_else(|| {
+        json!({
+            "schemaVersion": 2,
+            "mediaType": source::OCI_MANIFEST,
+            "config": { "mediaType": "application/vnd.oci.image.config.v1+json" },
+        })
+    });
+    m["config"]["digest"] = json!(digest::of(config));
+    m["config"]["size"] = json!(config.len());
+    m["layers"] = Value::Array(blobs.iter().map(|(_, d)| d.clone()).collect());
+    let devices: Vec<String> = options.devices.iter().map(|d| d.to_string()).collect();
+    if !m["annotations"].is_object() {
+        m["annotations"] = json!({});
+    }
+    m["annotations"][DEVICES_ANNOTATION] = json!(devices.join(","));
+    m["annotations"][SUMMARY_ANNOTATION] = json!(summary);
+    serde_json::to_vec(&m).map_err(|e| e.to_string())
+}
+
+/// The files of GPU code in the root file system of image `source`, its
+/// layers applied in order (OCI `layer.md`: `.wh.NAME` deletes NAME of the
+/// layers below, `.wh..wh..opq` empties its directory of them; a later
+/// entry replaces an earlier one). Each is written under `dir`, at its
+/// path in the image; names of one file (hard links) are hard links, and a
+/// symbolic link that leads to one (resolved inside the image, as in a
+/// chroot) is a relative symbolic link to it: a walk of `dir` finds what a
+/// walk of the unpacked image finds. Returns the paths written, relative
+/// to `dir`.
+pub fn gpu_files(source: &Reference, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let image = source::open(source)?;
+    let scratch = Scratch::new(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut view: BTreeMap<String, Node> = BTreeMap::new();
+    let mut files: Vec<PathBuf> = Vec::new();
+    for (index, l) in image.layers.iter().enumerate() {
+        let tar_path = scratch.0.join(format!("{index}.tar"));
+        let tar = layer::inflate(l.bytes(), &l.digest, l.diff_id.as_deref(), &tar_path)?;
+        let _remove = Remove(tar_path);
+        let bytes = tar.bytes();
+        let entries = layer::entries(bytes).map_err(|e| format!("layer {}: {e}", l.digest))?;
+        for e in entries.iter().filter(|e| e.kind == Kind::Whiteout) {
+            whiteout(&mut view, &e.path);
+        }
+        for (i, e) in entries.iter().enumerate() {
+            let node = match &e.kind {
+                Kind::Whiteout => continue,
+                Kind::File if is_gpu_file(bytes, e) => {
+                    let path = scratch.0.join(format!("{index}-{i}"));
+                    let data = &bytes[e.data as usize..(e.data + e.size) as usize];
+                    fs::write(&path, data).map_err(|err| format!("{}: {err}", path.display()))?;
+                    files.push(path);
+                    Node::Gpu(files.len() - 1)
+                }
+                Kind::HardLink(target) => match view.get(target) {
+                    Some(Node::Gpu(f)) => Node::Gpu(*f),
+                    _ => Node::Other,
+                },
+                Kind::Symlink(target) => Node::Link(target.clone()),
+                _ => Node::Other,
+            };
+            view.insert(e.path.clone(), node);
+        }
+    }
+    let mut written = Vec::new();
+    for (path, node) in &view {
+        if !is_safe(path) {
+            continue;
+        }
+        let to = dir.join(path);
+        let made = match node {
+            Node::Gpu(f) => make_parent(&to).and_then(|()| fs::hard_link(&files[*f], &to)),
+            Node::Link(_) => match resolve(&view, path) {
+                Some(target) if matches!(view.get(&target), Some(Node::Gpu(_))) => {
+                    let up = "../".repeat(path.matches('/').count());
+                    make_parent(&to)
+                        .and_then(|()| std::os::unix::fs::symlink(format!("{up}{target}"), &to))
+                }
+                _ => continue,
+            },
+            Node::Other => continue,
+        };
+        made.map_err(|e| format!("{}: {e}", to.display()))?;
+        written.push(PathBuf::from(path));
+    }
+    Ok(written)
+}
+
+/// What is at a path of an image's root file system, as far as its GPU
+/// files go.
+enum Node {
+    /// A file of GPU code (an index in the files written).
+    Gpu(usize),
+    /// A symbolic link, and its target as written.
+    Link(String),
+    /// Anything else: a directory, another file.
+    Other,
+}
+
+/// Applies whiteout `path` (a `.wh.` entry) to the layers below: `.wh.NAME`
+/// deletes NAME and what is under it, `.wh..wh..opq` what is under its
+/// directory.
+fn whiteout(view: &mut BTreeMap<String, Node>, path: &str) {
+    let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+    let (gone, opaque) = match name.strip_prefix(".wh.") {
+        Some(".wh..opq") => (parent.to_string(), true),
+        Some(name) if parent.is_empty() => (name.to_string(), false),
+        Some(name) => (format!("{parent}/{name}"), false),
+        None => return,
+    };
+    view.retain(|p, _| {
+        let under = gone.is_empty()
+            || p.strip_prefix(gone.as_str())
+                .is_some_and(|rest| rest.starts_with('/'));
+        !(under || (!opaque && *p == gone))
+    });
+}
+
+/// The path symbolic link `path` leads to in `view`, resolved as the
+/// kernel resolves it in a chroot (`..` at the root stays there, absolute
+/// targets start at the root), through links in its components too; `None`
+/// past 40 links (Linux's `MAXSYMLINKS`).
+fn resolve(view: &BTreeMap<String, Node>, path: &str) -> Option<String> {
+    let mut pending: Vec<String> = path.split('/').rev().map(String::from).collect();
+    let mut resolved: Vec<String> = Vec::new();
+    let mut hops = 0;
+    while let Some(c) = pending.pop() {
+        match c.as_str() {
+            "" | "." => continue,
+            ".." => {
+                resolved.pop();
+                continue;
+            }
+            _ => resolved.push(c),
+        }
+        if let Some(Node::Link(target)) = view.get(&resolved.join("/")) {
+            hops += 1;
+            if hops > 40 {
+                return None;
+            }
+            resolved.pop();
+            if target.starts_with('/') {
+                resolved.clear();
+            }
+            pending.extend(target.split('/').rev().map(String::from));
+        }
+    }
+    Some(resolved.join("/"))
+}
+
+/// A path of the image that may be joined to a directory: relative, with
+/// no empty, `.` or `..` component.
+fn is_safe(path: &str) -> bool {
+    !path.is_empty()
+        && !path
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+}
+
+fn make_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(parent) => fs::create_dir_all(parent),
+        None => Ok(()),
+    }
+}
+
+/// A scratch directory, removed with what is in it when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(parent: &Path) -> std::io::Result<Scratch> {
+        fs::create_dir_all(parent)?;
+        let dir = parent.join(format!(".offload-slim-image.{}", std::process::id()));
+        fs::create_dir_all(&dir)?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A scratch file removed when dropped.
+struct Remove(PathBuf);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_are_read_as_skopeo_reads_them() {
+        assert_eq!(
+            Reference::parse("oci:/tmp/l:v1"),
+            Some(Reference::Oci {
+                dir: "/tmp/l".into(),
+                tag: Some("v1".into())
+            })
+        );
+        assert_eq!(
+            Reference::parse("oci:dir"),
+            Some(Reference::Oci {
+                dir: "dir".into(),
+                tag: None
+            })
+        );
+        assert_eq!(
+            Reference::parse("docker-archive:a.tar:img:latest"),
+            Some(Reference::DockerArchive {
+                file: "a.tar".into(),
+                tag: Some("img:latest".into())
+            })
+        );
+        assert_eq!(Reference::parse("/usr/lib"), None);
+        assert_eq!(
+            Reference::parse("oci:/tmp/l:v1").unwrap().to_string(),
+            "oci:/tmp/l:v1"
+        );
+    }
+
+    fn view(nodes: &[(&str, Node)]) -> BTreeMap<String, Node> {
+        nodes
+            .iter()
+            .map(|(p, n)| {
+                let n = match n {
+                    Node::Gpu(f) => Node::Gpu(*f),
+                    Node::Link(t) => Node::Link(t.clone()),
+                    Node::Other => Node::Other,
+                };
+                (p.to_string(), n)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn links_resolve_inside_the_image_as_in_a_chroot() {
+        let v = view(&[
+            ("usr/lib/libx.so.1", Node::Gpu(0)),
+            ("usr/lib/libx.so", Node::Link("libx.so.1".into())),
+            ("lib", Node::Link("usr/lib".into())),
+            ("abs", Node::Link("/usr/lib/libx.so".into())),
+            ("escape", Node::Link("../../../../usr/lib/libx.so.1".into())),
+            ("loop", Node::Link("loop".into())),
+        ]);
+        assert_eq!(
+            resolve(&v, "usr/lib/libx.so").as_deref(),
+            Some("usr/lib/libx.so.1")
+        );
+        assert_eq!(
+            resolve(&v, "lib/libx.so").as_deref(),
+            Some("usr/lib/libx.so.1")
+        );
+        assert_eq!(resolve(&v, "abs").as_deref(), Some("usr/lib/libx.so.1"));
+        assert_eq!(resolve(&v, "escape").as_deref(), Some("usr/lib/libx.so.1"));
+        assert_eq!(resolve(&v, "loop"), None);
+    }
+
+    #[test]
+    fn whiteouts_delete_from_the_layers_below() {
+        let mut v = view(&[
+            ("etc/a", Node::Other),
+            ("etc/ab", Node::Other),
+            ("etc/a/x", Node::Other),
+            ("opt/d/y", Node::Other),
+            ("opt/d", Node::Other),
+        ]);
+        whiteout(&mut v, "etc/.wh.a");
+        whiteout(&mut v, "opt/d/.wh..wh..opq");
+        assert_eq!(v.keys().collect::<Vec<_>>(), ["etc/ab", "opt/d"]);
+        assert!(!is_safe("a/../b") && !is_safe("") && is_safe("usr/lib/x"));
+    }
+}
