@@ -4,6 +4,7 @@
 mod devices;
 mod extract;
 mod human;
+mod image;
 mod inputs;
 mod json;
 mod report;
@@ -43,7 +44,9 @@ EXIT STATUS:
 struct Args {
     /// ELF executables, shared objects, objects, static archives, raw
     /// bundle / CCOB / offload-binary / fat-binary / text-bundle files, code
-    /// objects, cubins, PTX; or directories, walked for every such file.
+    /// objects, cubins, PTX; or directories, walked for every such file;
+    /// or container images, as skopeo names them: `oci:DIR[:TAG]` (an OCI
+    /// image layout), `docker-archive:FILE` (a `docker save` archive).
     paths: Vec<PathBuf>,
     /// Also inspect the shared libraries the files load, resolved as the dynamic loader would.
     #[arg(long)]
@@ -77,6 +80,9 @@ fn main() -> ExitCode {
         return slim::main(argv[1..].to_vec());
     }
     let args = Args::parse();
+    // An image's GPU files are written under a directory, walked as any.
+    let (paths, images) = image::Images::open(&args.paths);
+    let args = Args { paths, ..args };
     // Threads only for files to read: listing the devices alone costs what
     // looking for them costs (no pool to start, no cgroup to read).
     let files = !args.paths.is_empty() || args.pid.is_some();
@@ -170,7 +176,7 @@ fn main() -> ExitCode {
     progress.finish_and_clear();
     let mut extract_errors = Vec::new();
     let mut objects = Vec::new();
-    for (path, e) in dir_errors {
+    for (path, e) in dir_errors.into_iter().chain(images.errors.iter().cloned()) {
         objects.push(report::ObjectReport::failed(&path, e));
     }
     for (input, (object, errors)) in results {
@@ -180,6 +186,10 @@ fn main() -> ExitCode {
         // or not regular files); named files are always reported.
         if !input.explicit && !object.shown() {
             continue;
+        }
+        let mut object = object;
+        if let Some(name) = images.name(&object.path) {
+            object.path = name;
         }
         objects.push(object);
     }

@@ -34,6 +34,8 @@ use tree::{Key, Tree};
   offload-probe slim /usr/lib/x86_64-linux-gnu/librocsparse.so.0 --device gfx90a:sramecc+:xnack- --dry-run
   offload-probe slim /opt/venv/lib --device sm_90 --output /tmp/slim
   offload-probe slim nvidia_curand-10.4.5.25-py3-none-manylinux_2_27_x86_64.whl --device sm_90 --output dist --local-version sm90
+  offload-probe slim oci:/srv/layout:app --device gfx90a --output oci:/srv/layout:app-gfx90a
+  offload-probe slim docker-archive:app.tar --device sm_90 --output docker-archive:app-sm90.tar
   offload-probe slim /opt/rocm/lib --in-place             (the GPUs detected here)
   offload-probe slim /usr/lib/x86_64-linux-gnu/rocblas --device gfx90a --output /tmp/rocblas --link-unchanged
 
@@ -48,7 +50,9 @@ struct Args {
     /// Files (ELF executables, shared objects, objects, archives, raw
     /// containers) and directories, walked. A wheel (`*.whl`) named here is
     /// slimmed as a wheel into --output: a new wheel whose RECORD has the
-    /// new hashes.
+    /// new hashes. An image named as skopeo names it, `oci:DIR[:TAG]` (an
+    /// OCI image layout) or `docker-archive:FILE` (a `docker save`
+    /// archive), is slimmed as an image into the --output image.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     /// Keep what this device loads (repeatable); without any, the GPUs detected here.
@@ -58,6 +62,8 @@ struct Args {
     /// the argument it was found under: the files slimmed, the others
     /// copied (sharing blocks where the file system can), symbolic links as
     /// links, directories with their modes; files for other GPUs left out.
+    /// For an image: the image written, `oci:DIR[:TAG]` (added to that
+    /// layout, the tag moved to it) or `docker-archive:FILE`.
     #[arg(long, value_name = "DIR", conflicts_with = "in_place")]
     output: Option<PathBuf>,
     /// With --output: hard-link the files left as they are to the
@@ -136,8 +142,20 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         eprintln!("offload-probe slim: {e}");
         return ExitCode::from(2);
     }
+    let (images, paths): (Vec<PathBuf>, Vec<PathBuf>) = args
+        .paths
+        .iter()
+        .cloned()
+        .partition(|p| image_reference(p).is_some());
     let (wheels, paths): (Vec<PathBuf>, Vec<PathBuf>) =
-        args.paths.iter().cloned().partition(|p| is_wheel(p));
+        paths.into_iter().partition(|p| is_wheel(p));
+    let image_output = match images_output(&args, &images, &paths, &wheels) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("offload-probe slim: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if !wheels.is_empty() && args.in_place {
         eprintln!("offload-probe slim: a wheel is slimmed into --output DIR, not in place");
         return ExitCode::from(2);
@@ -159,6 +177,11 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
                 args.dry_run,
             )
         })
+        .collect();
+    let image_reports: Vec<offload_slim::ImageReport> = images
+        .iter()
+        .filter_map(|i| image_reference(i))
+        .map(|i| offload_slim::slim_image(&i, &options, image_output.as_ref()))
         .collect();
     let tree = match &args.output {
         _ if args.paths.is_empty() => None,
@@ -197,6 +220,17 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         errors.extend(summary.errors.iter().cloned());
         summary
     });
+    for i in &image_reports {
+        if let Some(e) = &i.error {
+            errors.push(e.clone());
+        }
+        for f in &i.files {
+            if let Some(e) = &f.error {
+                errors.push(format!("{}: {e}", f.path.display()));
+            }
+        }
+        reports.extend(i.files.iter().cloned());
+    }
     // The wheels' files are reported as files are (after the tree's).
     for w in &wheel_reports {
         for f in &w.files {
@@ -219,6 +253,7 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         },
         tree: args.output.as_deref().zip(summary.as_ref()),
         wheels: &wheel_reports,
+        images: &image_reports,
     };
     let out = if args.json {
         show::json(&run)
@@ -426,6 +461,60 @@ fn in_place(path: &Path, also: &[PathBuf], remove_other_gpus: bool) -> Destinati
     Destination::InPlace {
         also,
         remove_other_gpus,
+    }
+}
+
+/// An image named on the command line (`oci:…`, `docker-archive:…`), unless
+/// a file of that name is there.
+fn image_reference(path: &Path) -> Option<offload_slim::Reference> {
+    if path.exists() {
+        return None;
+    }
+    offload_slim::Reference::parse(path.to_str()?)
+}
+
+/// Where the images named go: the --output image (`None`: a dry run).
+/// Images and files are not slimmed in one run: --output names an image or
+/// a directory.
+fn images_output(
+    args: &Args,
+    images: &[PathBuf],
+    paths: &[PathBuf],
+    wheels: &[PathBuf],
+) -> Result<Option<offload_slim::Reference>, String> {
+    if images.is_empty() {
+        return match args.output.as_deref().and_then(image_reference) {
+            Some(o) => Err(format!("--output {o} names an image: name an image to slim (oci:DIR[:TAG] or docker-archive:FILE)")),
+            None => Ok(None),
+        };
+    }
+    if !paths.is_empty() || !wheels.is_empty() {
+        return Err(
+            "slim images alone, or files and wheels alone: --output names an image or a directory"
+                .into(),
+        );
+    }
+    if args.in_place {
+        return Err(
+            "an image is slimmed into --output oci:DIR[:TAG] or docker-archive:FILE, not in place"
+                .into(),
+        );
+    }
+    if images.len() > 1 && !args.dry_run {
+        return Err("one image at a time: --output names one image".into());
+    }
+    match args.output.as_deref() {
+        _ if args.dry_run => Ok(None),
+        Some(o) => match offload_slim::Reference::parse(&o.to_string_lossy()) {
+            Some(r) => Ok(Some(r)),
+            None => Err(format!(
+                "--output {}: name the image to write, oci:DIR[:TAG] or docker-archive:FILE",
+                o.display()
+            )),
+        },
+        None => {
+            Err("say where the image goes: --output oci:DIR[:TAG] or docker-archive:FILE".into())
+        }
     }
 }
 

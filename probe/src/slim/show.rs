@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use offload_slim::{FileReport, Options, Outcome, WheelReport};
+use offload_slim::{FileReport, ImageReport, Options, Outcome, WheelReport};
 
 use super::complete::{Summary, FOR_OTHER_GPUS};
 use crate::human::size;
@@ -31,6 +31,8 @@ pub struct Run<'a> {
     pub tree: Option<(&'a Path, &'a Summary)>,
     /// The wheels slimmed as wheels (their files are among `reports`).
     pub wheels: &'a [WheelReport],
+    /// The images slimmed as images (their files are among `reports`).
+    pub images: &'a [ImageReport],
 }
 
 impl Run<'_> {
@@ -205,7 +207,34 @@ pub fn human(run: &Run<'_>) -> String {
     for w in run.wheels {
         wheel(&mut s, w);
     }
+    for i in run.images {
+        image(&mut s, i);
+    }
     s
+}
+
+/// An image slimmed as an image: what was written, its layers' sizes,
+/// which changed.
+fn image(s: &mut String, i: &ImageReport) {
+    use std::fmt::Write;
+    let before: u64 = i.layers.iter().map(|l| l.before).sum();
+    let after: u64 = i.layers.iter().map(|l| l.after).sum();
+    let changed = i.layers.iter().filter(|l| l.digest != l.new_digest).count();
+    let what = match (&i.output, &i.error) {
+        (_, Some(e)) => format!("not written: {e}"),
+        (Some(o), None) => format!(
+            "written as {o}, {changed} of its {} layer(s) written again, the others kept by digest",
+            i.layers.len()
+        ),
+        (None, None) => "dry run: no image written".into(),
+    };
+    let _ = writeln!(
+        s,
+        "image {}: {what}; layers {} -> {} ({before} bytes -> {after} bytes)",
+        i.image,
+        size(before),
+        size(after),
+    );
 }
 
 /// A wheel slimmed as a wheel: what was written, its size, how many of its
@@ -371,6 +400,19 @@ pub fn json(run: &Run<'_>) -> String {
             "after": w.after,
             "error": w.error,
             "files": w.files.iter().map(|f| &f.path).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "images": run.images.iter().map(|i| json!({
+            "image": i.image,
+            "output": i.output,
+            "error": i.error,
+            "layers": i.layers.iter().map(|l| json!({
+                "digest": l.digest,
+                "before": l.before,
+                "new_digest": l.new_digest,
+                "after": l.after,
+                "gpu_files": l.gpu_files,
+            })).collect::<Vec<_>>(),
+            "files": i.files.iter().map(|f| &f.path).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     });
     format!(
