@@ -133,7 +133,20 @@ impl<'a> Output<'a> {
         };
         for piece in &self.pieces {
             match piece {
-                Piece::Copy(b) => w.bytes(b)?,
+                Piece::Copy(b) => {
+                    // The input is mapped for scattered reads (no
+                    // read-ahead): a cold file would fault in page by
+                    // page. Each window is asked for while the one before
+                    // it is written.
+                    let mut rest: &[u8] = b;
+                    will_need(&rest[..rest.len().min(READ_WINDOW)]);
+                    while !rest.is_empty() {
+                        let (now, later) = rest.split_at(rest.len().min(READ_WINDOW));
+                        will_need(&later[..later.len().min(READ_WINDOW)]);
+                        w.bytes(now)?;
+                        rest = later;
+                    }
+                }
                 Piece::Owned(b) => w.bytes(b)?,
                 Piece::Zeros(n) => w.zeros(*n)?,
             }
@@ -297,6 +310,36 @@ fn runs<'a>(base: &'a [u8], edits: Output<'a>) -> Vec<(u64, Vec<Piece<'a>>)> {
         }
     }
     runs
+}
+
+/// How much of a copied piece is asked to be read ahead at a time: large
+/// enough that the disk streams, small enough that little is read ahead of
+/// a write that fails.
+const READ_WINDOW: usize = 16 << 20;
+
+/// Asks the kernel to read the pages of `bytes` in, in the background
+/// (`MADV_WILLNEED`: read-ahead of a mapped file's pages; a hint, nothing
+/// changes if it is not taken).
+fn will_need(bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: sysconf reads a constant of the system; no memory of ours.
+    let page = *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as usize,
+        _ => 4096,
+    });
+    let start = bytes.as_ptr() as usize;
+    let first = start / page * page;
+    let end = (start + bytes.len()).next_multiple_of(page);
+    // SAFETY: every page of `first..end` holds a byte of `bytes`, which is
+    // borrowed, so each is mapped for the call (mappings cover whole
+    // pages). MADV_WILLNEED reads no memory of ours and changes no byte of
+    // it: it starts reading the pages in.
+    unsafe {
+        libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_WILLNEED);
+    }
 }
 
 /// Zeros at `pos..pos + n` of `file`: the whole blocks among them a hole
