@@ -36,7 +36,8 @@
 //! reference keeps what it names where it is (a container's start pinned,
 //! else the section), never the other way round.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
 
 use object::elf;
 use object::read::elf::{SectionHeader, Sym};
@@ -192,7 +193,28 @@ pub(crate) struct Scan<'d> {
     /// Per x86-64 code section (its index), the code's references into
     /// each range of `together`.
     code: OnceCell<Vec<(usize, Vec<Vec<Reference>>)>>,
+    /// The words that may name a container's bound, for the bounds and
+    /// starts they were read for (`None`: too many to keep).
+    words: OnceCell<(Vec<u64>, Vec<u64>, Option<Vec<WordHit>>)>,
+    /// What symbols and each code section say of a range ([`Scan::memo`]).
+    memo: RefCell<HashMap<(usize, u64, u64), Vec<Reference>>>,
 }
+
+/// A place where a word may name a container's bound: its file offset, its
+/// address, and what it names read each way [`Scan::exact_words`] reads
+/// it (an absolute 8-byte word, an absolute 4-byte one, self-relative 4
+/// and 8 bytes), where that is a bound (or start) at all.
+#[derive(Debug, Clone)]
+struct WordHit {
+    offset: u64,
+    from: u64,
+    values: [Option<u64>; 4],
+}
+
+/// The most places [`Scan::word_hits`] keeps: past it (words that name
+/// container bounds by the million: built to), each plan reads the data
+/// again instead.
+const MAX_WORD_HITS: usize = 1 << 20;
 
 /// Addresses `start..=end`.
 #[derive(Debug, Clone, Copy)]
@@ -225,6 +247,21 @@ impl<'d> Scan<'d> {
                 .map(|&(start, end)| Range { start, end })
                 .collect(),
             code: OnceCell::new(),
+            words: OnceCell::new(),
+            memo: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// This scan for other ranges asked about together: the code is read
+    /// again for them, what it found of single ranges and data words kept.
+    pub(crate) fn for_ranges(self, together: &[(u64, u64)]) -> Scan<'d> {
+        Scan {
+            code: OnceCell::new(),
+            together: together
+                .iter()
+                .map(|&(start, end)| Range { start, end })
+                .collect(),
+            ..self
         }
     }
 
@@ -240,22 +277,33 @@ impl<'d> Scan<'d> {
         let f = &self.file;
         let mut found = Vec::new();
         let range = Range { start, end };
-        self.symbols(range, &mut found);
+        // What symbols and code say is read once per range: a compaction
+        // asks again for each plan it tries, and only data words' meaning
+        // (what the patcher rewrites) changes between them.
+        found.extend(self.memo(usize::MAX, range, || {
+            let mut v = Vec::new();
+            self.symbols(range, &mut v);
+            v
+        }));
         for s in f.loaded() {
             if found.len() >= MAX {
                 break;
             }
             if s.code {
-                match f.machine {
-                    elf::EM_X86_64 => {
-                        found.extend(self.x86_64(s.index, s.bytes, s.addr, range));
-                        if let Some(got) = self.got() {
-                            x86_64_gotoff(s.bytes, s.addr, got, range, &mut found);
+                found.extend(self.memo(s.index, range, || {
+                    let mut v = Vec::new();
+                    match f.machine {
+                        elf::EM_X86_64 => {
+                            v.extend(self.x86_64(s.index, s.bytes, s.addr, range));
+                            if let Some(got) = self.got() {
+                                x86_64_gotoff(s.bytes, s.addr, got, range, &mut v);
+                            }
                         }
+                        elf::EM_AARCH64 => aarch64(s.bytes, s.addr, range, &mut v),
+                        _ => {}
                     }
-                    elf::EM_AARCH64 => aarch64(s.bytes, s.addr, range, &mut found),
-                    _ => {}
-                }
+                    v
+                }));
             } else if f.fixed {
                 words(s.bytes, s.addr, s.offset, range, patched, &mut found);
             }
@@ -287,12 +335,65 @@ impl<'d> Scan<'d> {
     /// (pinned by the caller) rather than the file its compaction.
     pub(crate) fn exact_words(
         &self,
+        all: (&[u64], &[u64]),
         bounds: &[u64],
         starts: &[u64],
         patched: &dyn Fn(u64) -> bool,
     ) -> Vec<Reference> {
+        // What a word names in this plan, if it is taken as a reference.
+        let named = |h: &WordHit| {
+            if patched(h.offset) {
+                return None;
+            }
+            h.values.iter().enumerate().find_map(|(i, v)| {
+                let v = (*v)?;
+                let set = if i == 0 { bounds } else { starts };
+                set.binary_search(&v).is_ok().then_some(v)
+            })
+        };
+        let reference = |h: &WordHit, to| Reference {
+            from: h.from,
+            to,
+            kind: Kind::Data,
+        };
+        // The data is read once, for every bound a plan may move (`all`:
+        // each container's start and end, and the starts): the compaction
+        // tries plan after plan, each pinning what the last one's words
+        // named, and only the words' meaning changes from one to the next.
+        let (a, s, cached) = self.words.get_or_init(|| {
+            let (hits, complete) = self.word_hits(all.0, all.1, &|_| true, MAX_WORD_HITS);
+            (all.0.to_vec(), all.1.to_vec(), complete.then_some(hits))
+        });
+        let covers = |sub: &[u64], sup: &[u64]| sub.iter().all(|v| sup.binary_search(v).is_ok());
+        match cached {
+            Some(hits) if covers(bounds, a) && covers(starts, s) => hits
+                .iter()
+                .filter_map(|h| Some(reference(h, named(h)?)))
+                .take(MAX)
+                .collect(),
+            // Read for these bounds alone, the first MAX kept.
+            _ => {
+                let (hits, _) = self.word_hits(bounds, starts, &|h| named(h).is_some(), MAX);
+                hits.iter()
+                    .filter_map(|h| Some(reference(h, named(h)?)))
+                    .collect()
+            }
+        }
+    }
+
+    /// Every place in the loaded sections (but the one that moves) where a
+    /// word may name one of `bounds` (addresses, in order) or `starts` (the
+    /// starts among them), as [`Scan::exact_words`] reads words, that
+    /// `keep` keeps: at most `limit`, and whether that is all of them.
+    fn word_hits(
+        &self,
+        bounds: &[u64],
+        starts: &[u64],
+        keep: &dyn Fn(&WordHit) -> bool,
+        limit: usize,
+    ) -> (Vec<WordHit>, bool) {
         let (Some(&lo), Some(&hi)) = (bounds.first(), bounds.last()) else {
-            return Vec::new();
+            return (Vec::new(), true);
         };
         let fixed = self.file.fixed;
         let hits = |v: u64| fixed && v >= lo && v <= hi && bounds.binary_search(&v).is_ok();
@@ -302,16 +403,15 @@ impl<'d> Scan<'d> {
         // x86 code's absolute operands are decoded, and its bytes at any
         // offset name anything by chance: only AArch64's literal pools are
         // read in code.
-        for s in self.file.loaded().filter(|s| !s.code || (aarch64 && fixed)) {
-            let mut push = |at: usize, to: u64| {
-                if !patched(s.offset + at as u64) && found.len() < MAX {
-                    found.push(Reference {
-                        from: s.addr.wrapping_add(at as u64),
-                        to,
-                        kind: Kind::Data,
-                    });
-                }
-            };
+        // A position-independent file has self-relative words only, in
+        // program data, at 4-byte alignment at least: only those places
+        // are read.
+        let sections = self
+            .file
+            .loaded()
+            .filter(|s| !s.code || (aarch64 && fixed))
+            .filter(|s| fixed || s.program_data);
+        for s in sections {
             let word = |at: usize, n: usize| -> Option<u64> {
                 let b = s.bytes.get(at..at + n)?;
                 let mut w = [0u8; 8];
@@ -319,7 +419,12 @@ impl<'d> Scan<'d> {
                 Some(u64::from_le_bytes(w))
             };
             let here = |at: usize| s.addr.wrapping_add(at as u64);
-            for at in 0..s.bytes.len() {
+            let (first, step) = if fixed {
+                (0, 1)
+            } else {
+                (s.addr.wrapping_neg() as usize % 4, 4)
+            };
+            for at in (first..s.bytes.len()).step_by(step) {
                 let aligned4 = here(at) % 4 == 0;
                 let aligned8 = here(at) % 8 == 0;
                 // Code: literal pools, at their alignment.
@@ -336,26 +441,48 @@ impl<'d> Scan<'d> {
                     };
                     Some(here(at).wrapping_add(offset as u64))
                 };
-                if let Some(v) = word(at, 8).filter(|&v| any8 && hits(v)) {
-                    push(at, v);
-                } else if let Some(v) =
-                    word(at, 4).filter(|&v| fixed && aligned4 && !s.code && starts_at(v))
-                {
-                    push(at, v);
-                } else if let Some(v) =
-                    relative(4).filter(|&v| aligned4 && s.program_data && starts_at(v))
-                {
-                    push(at, v);
-                } else if let Some(v) =
-                    relative(8).filter(|&v| aligned8 && s.program_data && starts_at(v))
-                {
-                    push(at, v);
+                // In the order they are taken: the first that names a
+                // bound of the plan asked about is the word's meaning.
+                let values = [
+                    word(at, 8).filter(|&v| any8 && hits(v)),
+                    word(at, 4).filter(|&v| fixed && aligned4 && !s.code && starts_at(v)),
+                    relative(4).filter(|&v| aligned4 && s.program_data && starts_at(v)),
+                    relative(8).filter(|&v| aligned8 && s.program_data && starts_at(v)),
+                ];
+                if values.iter().any(Option::is_some) {
+                    let hit = WordHit {
+                        offset: s.offset + at as u64,
+                        from: here(at),
+                        values,
+                    };
+                    if keep(&hit) {
+                        if found.len() >= limit {
+                            return (found, false);
+                        }
+                        found.push(hit);
+                    }
                 }
             }
-            if found.len() >= MAX {
-                break;
-            }
         }
+        (found, true)
+    }
+
+    /// What `find` finds in section `i` (`usize::MAX`: the symbol tables)
+    /// for `range`, found once. Each finding is a prefix of the same
+    /// sequence (at most [`MAX`] of it), so taking it whole and truncating
+    /// after gives what the first call would.
+    fn memo(
+        &self,
+        i: usize,
+        range: Range,
+        find: impl FnOnce() -> Vec<Reference>,
+    ) -> Vec<Reference> {
+        let key = (i, range.start, range.end);
+        if let Some(found) = self.memo.borrow().get(&key) {
+            return found.clone();
+        }
+        let found = find();
+        self.memo.borrow_mut().insert(key, found.clone());
         found
     }
 

@@ -96,6 +96,23 @@ impl Map {
         (bounds, starts)
     }
 
+    /// Every bound a plan of these containers may move, whatever it pins:
+    /// each container's start and end, and the starts ([`Map::moving_bounds`]
+    /// gives those this plan moves).
+    pub(super) fn all_bounds(&self) -> (Vec<u64>, Vec<u64>) {
+        let (mut bounds, mut starts) = (Vec::new(), Vec::new());
+        let moved = self.moves.iter().map(|&(old, len, ..)| (old, len));
+        for (old, len) in moved.chain(self.removed.iter().copied()) {
+            bounds.extend([old, old + len]);
+            starts.push(old);
+        }
+        for v in [&mut bounds, &mut starts] {
+            v.sort_unstable();
+            v.dedup();
+        }
+        (bounds, starts)
+    }
+
     /// Whether section offset `at` means the same place when the section is
     /// rewritten where it stands (holes): a kept container's start or end,
     /// a place inside one kept as it was, or the section's bounds.

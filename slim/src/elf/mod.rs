@@ -111,7 +111,13 @@ pub fn compact<'a>(
         let mut together = vec![(t.addr, t.addr + t.size)];
         together.extend(layout.block.iter().map(|(b, _)| b.range()));
         if scan.as_ref().is_none_or(|(asked, _)| *asked != together) {
-            scan = Some((together.clone(), t.scan(&together)));
+            // What does not depend on the ranges asked about together is
+            // kept from the last plan's scan.
+            let next = match scan.take() {
+                Some((_, last)) => last.for_ranges(&together),
+                None => t.scan(&together),
+            };
+            scan = Some((together.clone(), next));
         }
         let Some((_, scan)) = scan.as_ref() else {
             unreachable!("made above")

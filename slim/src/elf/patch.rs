@@ -170,8 +170,14 @@ pub(super) fn unseen(
         return unseen;
     }
     let (bounds, starts) = map.moving_bounds();
+    let (all_bounds, all_starts) = map.all_bounds();
     let at = |v: Vec<u64>| v.into_iter().map(|b| addr + b).collect::<Vec<u64>>();
-    scan.exact_words(&at(bounds), &at(starts), &|at| patches.covers(at))
+    scan.exact_words(
+        (&at(all_bounds), &at(all_starts)),
+        &at(bounds),
+        &at(starts),
+        &|at| patches.covers(at),
+    )
 }
 
 /// The section offsets `unseen` name, when every reference is an exact one
