@@ -195,10 +195,14 @@ pub(crate) struct Scan<'d> {
     code: OnceCell<Vec<(usize, Vec<Vec<Reference>>)>>,
     /// The words that may name a container's bound, for the bounds and
     /// starts they were read for (`None`: too many to keep).
-    words: OnceCell<(Vec<u64>, Vec<u64>, Option<Vec<WordHit>>)>,
+    words: OnceCell<WordCache>,
     /// What symbols and each code section say of a range ([`Scan::memo`]).
     memo: RefCell<HashMap<(usize, u64, u64), Vec<Reference>>>,
 }
+
+/// The bounds and starts words were read for, and the places found (`None`:
+/// too many to keep).
+type WordCache = (Vec<u64>, Vec<u64>, Option<Vec<WordHit>>);
 
 /// A place where a word may name a container's bound: its file offset, its
 /// address, and what it names read each way [`Scan::exact_words`] reads
