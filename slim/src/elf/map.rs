@@ -89,11 +89,7 @@ impl Map {
             bounds.extend([old, old + len]);
             starts.push(old);
         }
-        for v in [&mut bounds, &mut starts] {
-            v.sort_unstable();
-            v.dedup();
-        }
-        (bounds, starts)
+        sorted(bounds, starts)
     }
 
     /// Every bound a plan of these containers may move, whatever it pins:
@@ -106,11 +102,7 @@ impl Map {
             bounds.extend([old, old + len]);
             starts.push(old);
         }
-        for v in [&mut bounds, &mut starts] {
-            v.sort_unstable();
-            v.dedup();
-        }
-        (bounds, starts)
+        sorted(bounds, starts)
     }
 
     /// Whether section offset `at` means the same place when the section is
@@ -293,4 +285,13 @@ impl Map {
     pub(super) fn remap(&self, value: u64, base: u64) -> Result<Option<u64>, Unsafe> {
         self.remap_as(value, base, Point::Unknown)
     }
+}
+
+/// `bounds` and `starts`, each sorted, each value once.
+fn sorted(mut bounds: Vec<u64>, mut starts: Vec<u64>) -> (Vec<u64>, Vec<u64>) {
+    for v in [&mut bounds, &mut starts] {
+        v.sort_unstable();
+        v.dedup();
+    }
+    (bounds, starts)
 }

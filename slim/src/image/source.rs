@@ -155,17 +155,8 @@ fn oci(dir: &Path, tag: Option<&str>) -> Result<Image, String> {
     }
     let config_digest = manifest["config"]["digest"].as_str().unwrap_or_default();
     let config = small_blob(dir, config_digest).map_err(at)?;
-    let diff_ids = diff_ids(&config).map_err(at)?;
-    let descriptors = manifest["layers"].as_array().cloned().unwrap_or_default();
-    if descriptors.len() > MAX_LAYERS || descriptors.len() != diff_ids.len() {
-        return Err(at(format!(
-            "the manifest lists {} layers, the config {} diff_ids",
-            descriptors.len(),
-            diff_ids.len()
-        )));
-    }
     let mut layers = Vec::new();
-    for (descriptor, diff_id) in descriptors.into_iter().zip(diff_ids) {
+    for (descriptor, diff_id) in paired(&manifest["layers"], &config, "the manifest").map_err(at)? {
         let digest = descriptor["digest"]
             .as_str()
             .unwrap_or_default()
@@ -203,6 +194,21 @@ fn tags(descriptors: &[Value], tag_of: &dyn Fn(&Value) -> Option<String>) -> Str
     } else {
         tags.join(", ")
     }
+}
+
+/// The layers `listed` (by `by`: a manifest, `manifest.json`), each with
+/// its `diff_id` from `config`: as many of each, at most [`MAX_LAYERS`].
+fn paired(listed: &Value, config: &[u8], by: &str) -> Result<Vec<(Value, String)>, String> {
+    let diff_ids = diff_ids(config)?;
+    let listed = listed.as_array().cloned().unwrap_or_default();
+    if listed.len() > MAX_LAYERS || listed.len() != diff_ids.len() {
+        return Err(format!(
+            "{by} lists {} layers, the config {} diff_ids",
+            listed.len(),
+            diff_ids.len()
+        ));
+    }
+    Ok(listed.into_iter().zip(diff_ids).collect())
 }
 
 /// The config's `rootfs.diff_ids`.
@@ -256,17 +262,8 @@ fn archive(file: &Path, tag: Option<&str>) -> Result<Image, String> {
     };
     let (c_at, c_len) = member(image["Config"].as_str().unwrap_or_default()).map_err(at)?;
     let config = map.bytes()[c_at..c_at + c_len].to_vec();
-    let diff_ids = diff_ids(&config).map_err(at)?;
-    let paths = image["Layers"].as_array().cloned().unwrap_or_default();
-    if paths.len() > MAX_LAYERS || paths.len() != diff_ids.len() {
-        return Err(at(format!(
-            "manifest.json lists {} layers, the config {} diff_ids",
-            paths.len(),
-            diff_ids.len()
-        )));
-    }
     let mut layers = Vec::new();
-    for (path, diff_id) in paths.iter().zip(diff_ids) {
+    for (path, diff_id) in paired(&image["Layers"], &config, "manifest.json").map_err(at)? {
         let (l_at, l_len) = member(path.as_str().unwrap_or_default()).map_err(at)?;
         let bytes = &map.bytes()[l_at..l_at + l_len];
         let digest = digest::of(bytes);
