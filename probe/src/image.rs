@@ -62,8 +62,9 @@ impl Drop for Images {
     }
 }
 
-/// An image reference, unless a file of that name is there.
-fn reference(path: &Path) -> Option<Reference> {
+/// An image named on the command line (`oci:…`, `docker-archive:…`),
+/// unless a file of that name is there: what the probe and slim both read.
+pub fn reference(path: &Path) -> Option<Reference> {
     if path.exists() {
         return None;
     }

@@ -20,6 +20,7 @@ use offload_slim::{slim_file, Destination, FileReport, How, Options};
 use rayon::prelude::*;
 
 use crate::devices;
+use crate::image;
 use crate::walk;
 use complete::Fate;
 use show::{OtherGpuFiles, Run};
@@ -146,7 +147,7 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         .paths
         .iter()
         .cloned()
-        .partition(|p| image_reference(p).is_some());
+        .partition(|p| image::reference(p).is_some());
     let (wheels, paths): (Vec<PathBuf>, Vec<PathBuf>) =
         paths.into_iter().partition(|p| is_wheel(p));
     let image_output = match images_output(&args, &images, &paths, &wheels) {
@@ -180,7 +181,7 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         .collect();
     let image_reports: Vec<offload_slim::ImageReport> = images
         .iter()
-        .filter_map(|i| image_reference(i))
+        .filter_map(|i| image::reference(i))
         .map(|i| offload_slim::slim_image(&i, &options, image_output.as_ref()))
         .collect();
     let tree = match &args.output {
@@ -464,15 +465,6 @@ fn in_place(path: &Path, also: &[PathBuf], remove_other_gpus: bool) -> Destinati
     }
 }
 
-/// An image named on the command line (`oci:…`, `docker-archive:…`), unless
-/// a file of that name is there.
-fn image_reference(path: &Path) -> Option<offload_slim::Reference> {
-    if path.exists() {
-        return None;
-    }
-    offload_slim::Reference::parse(path.to_str()?)
-}
-
 /// Where the images named go: the --output image (`None`: a dry run).
 /// Images and files are not slimmed in one run: --output names an image or
 /// a directory.
@@ -483,7 +475,7 @@ fn images_output(
     wheels: &[PathBuf],
 ) -> Result<Option<offload_slim::Reference>, String> {
     if images.is_empty() {
-        return match args.output.as_deref().and_then(image_reference) {
+        return match args.output.as_deref().and_then(image::reference) {
             Some(o) => Err(format!("--output {o} names an image: name an image to slim (oci:DIR[:TAG] or docker-archive:FILE)")),
             None => Ok(None),
         };
