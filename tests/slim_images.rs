@@ -433,6 +433,9 @@ fn an_image_slimmed_through_a_registry_unpacks_to_the_slimmed_files() {
     assert_eq!(image_coverage, tree_coverage);
     assert_eq!(image_files, tree_files);
     assert_eq!(image_files.len(), 2, "{image_files:?}");
+    // Gigabytes of layers and trees: kept only when the test fails.
+    drop(registry);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -483,6 +486,7 @@ fn a_docker_archive_round_trips_through_skopeo() {
         std::fs::read_to_string(root.join("etc/motd")).unwrap(),
         "GPU image\n"
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `offload-probe slim` of one file for one device: the bytes it writes.

@@ -1255,6 +1255,7 @@ mod tests {
             assert_eq!(listing(&out), ["right"]);
         }
         assert!(attempt(&result).is_ok());
+        let _ = fs::remove_dir_all(&dir);
     }
 
     /// A result in which the device would load other bytes, or nothing, is
