@@ -16,7 +16,6 @@
 //! containers themselves are never searched, only their headers read; and
 //! overlapping section headers are searched once.
 
-use aho_corasick::{AhoCorasick, Input, MatchKind};
 use object::elf::{self, FileHeader64};
 use object::read::elf::{FileHeader, SectionHeader};
 use object::Endianness;
@@ -25,7 +24,6 @@ use super::{section_role, OffloadSection, SectionRole};
 use crate::container::{Container, Format};
 use crate::limits::Limits;
 use crate::magic;
-use once_cell::sync::OnceCell;
 
 /// Sections of these types hold what the linker and the dynamic loader
 /// read, never data a program loads as GPU code.
@@ -165,10 +163,9 @@ pub(super) fn find<'a>(bytes: &'a [u8], limits: &Limits) -> Vec<Container<'a>> {
     // guards against).
     let mut budget = bytes.len().saturating_mul(4).max(1 << 20);
     while pos < bytes.len() {
-        let Some(m) = magics().find(Input::new(bytes).span(pos..bytes.len())) else {
+        let Some(start) = magic::next_container(bytes, pos) else {
             break;
         };
-        let start = m.start();
         pos = match whole(&bytes[start..], limits) {
             Ok(mut c) => {
                 c.rebase(start as u64);
@@ -184,23 +181,6 @@ pub(super) fn find<'a>(bytes: &'a [u8], limits: &Limits) -> Vec<Container<'a>> {
         };
     }
     found
-}
-
-/// The searcher of the four container magics, built once.
-fn magics() -> &'static AhoCorasick {
-    static MAGICS: OnceCell<AhoCorasick> = OnceCell::new();
-    MAGICS.get_or_init(|| {
-        let magics: [&[u8]; 4] = [
-            magic::NV_FATBIN,
-            magic::BUNDLE,
-            magic::COMPRESSED_BUNDLE,
-            magic::OFFLOAD_BINARY,
-        ];
-        AhoCorasick::builder()
-            .match_kind(MatchKind::LeftmostFirst)
-            .build(magics)
-            .expect("four short literal patterns always build")
-    })
 }
 
 /// The container at the start of `bytes`, if all of it reads: its header and
