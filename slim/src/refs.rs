@@ -38,11 +38,13 @@
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use object::elf;
 use object::read::elf::{SectionHeader, Sym};
 use object::read::StringTable;
 use object::LittleEndian as LE;
+use rayon::prelude::*;
 
 mod x86_64;
 
@@ -120,6 +122,7 @@ pub(crate) struct File<'d> {
 }
 
 /// A section a scan reads: loaded, with bytes in the file.
+#[derive(Clone, Copy)]
 struct Loaded<'d> {
     index: usize,
     bytes: &'d [u8],
@@ -219,6 +222,182 @@ struct WordHit {
 /// container bounds by the million: built to), each plan reads the data
 /// again instead.
 const MAX_WORD_HITS: usize = 1 << 20;
+
+/// The offsets of data [`Scan::word_hits`] reads as one piece: the
+/// pieces of a section are read in parallel.
+const WORD_CHUNK: usize = 4 << 20;
+
+/// How [`Scan::word_hits`] reads a word: the bounds and starts it may
+/// name, and the file's kind.
+struct Words<'a> {
+    bounds: &'a [u64],
+    starts: &'a [u64],
+    /// Where the bounds and the starts may be, to pass most words over
+    /// without a search.
+    near_bound: Sieve,
+    near_start: Sieve,
+    fixed: bool,
+}
+
+impl<'a> Words<'a> {
+    /// `None` where there is no bound to name.
+    fn new(file: &File<'_>, bounds: &'a [u64], starts: &'a [u64]) -> Option<Words<'a>> {
+        bounds.first()?;
+        Some(Words {
+            bounds,
+            starts,
+            near_bound: Sieve::new(bounds),
+            near_start: Sieve::new(starts),
+            fixed: file.fixed,
+        })
+    }
+
+    /// The places at offsets `at` of section `s` (their stride the file's:
+    /// every byte where position-dependent, every fourth otherwise) that
+    /// `keep` keeps, counted in `taken`, until it passes `limit`.
+    fn read(
+        &self,
+        s: Loaded<'_>,
+        at: std::ops::Range<usize>,
+        keep: &dyn Fn(&WordHit) -> bool,
+        taken: &AtomicUsize,
+        limit: usize,
+    ) -> Vec<WordHit> {
+        let mut found = Vec::new();
+        if taken.load(Ordering::Relaxed) > limit {
+            return found;
+        }
+        for at in at.step_by(if self.fixed { 1 } else { 4 }) {
+            if !self.fixed && !self.may_be_relative(s, at) {
+                continue;
+            }
+            let Some(hit) = self.place(s, at) else {
+                continue;
+            };
+            if keep(&hit) {
+                if taken.fetch_add(1, Ordering::Relaxed) >= limit {
+                    break;
+                }
+                found.push(hit);
+            }
+        }
+        found
+    }
+
+    /// Whether a self-relative word at offset `at` of section `s` may name
+    /// a start (what [`Words::place`] reads in a position-independent
+    /// file): `false` only where none does.
+    fn may_be_relative(&self, s: Loaded<'_>, at: usize) -> bool {
+        let Some(w) = s.bytes.get(at..at + 8) else {
+            return true;
+        };
+        let w = w.try_into().map(u64::from_le_bytes).unwrap_or(0);
+        let here = s.addr.wrapping_add(at as u64);
+        let relative4 = here.wrapping_add(w as u32 as i32 as i64 as u64);
+        self.near_start.may_hold(relative4) || self.near_start.may_hold(here.wrapping_add(w))
+    }
+
+    /// What the words at offset `at` of section `s` name, where one names
+    /// a bound or a start.
+    fn place(&self, s: Loaded<'_>, at: usize) -> Option<WordHit> {
+        let here = s.addr.wrapping_add(at as u64);
+        let word = |n: usize| -> Option<u64> {
+            let b = s.bytes.get(at..at + n)?;
+            let mut w = [0u8; 8];
+            w[..n].copy_from_slice(b);
+            Some(u64::from_le_bytes(w))
+        };
+        let (w4, w8) = (word(4), word(8));
+        let relative4 = w4.map(|w| here.wrapping_add(w as u32 as i32 as i64 as u64));
+        let relative8 = w8.map(|w| here.wrapping_add(w));
+        let fixed = self.fixed;
+        // Most words name nothing near a bound or a start any way they are
+        // read: those are passed over first, with no search.
+        let maybe_start = |v: Option<u64>| v.is_some_and(|v| self.near_start.may_hold(v));
+        let maybe = (fixed && (w8.is_some_and(|v| self.near_bound.may_hold(v)) || maybe_start(w4)))
+            || (s.program_data && (maybe_start(relative4) || maybe_start(relative8)));
+        if !maybe {
+            return None;
+        }
+        let hits = |v: u64| fixed && self.bounds.binary_search(&v).is_ok();
+        let starts_at = |v: u64| self.starts.binary_search(&v).is_ok();
+        let aligned4 = here % 4 == 0;
+        let aligned8 = here % 8 == 0;
+        // Code: literal pools, at their alignment.
+        let any8 = !s.code || aligned8;
+        // In the order they are taken: the first that names a bound of the
+        // plan asked about is the word's meaning. Self-relative words
+        // (`.long sym - .`, `.quad sym - .`: relative vtables, offset
+        // tables) are resolved by the linker with no relocation, in any
+        // file.
+        let values = [
+            w8.filter(|&v| any8 && hits(v)),
+            w4.filter(|&v| fixed && aligned4 && !s.code && starts_at(v)),
+            relative4.filter(|&v| aligned4 && s.program_data && starts_at(v)),
+            relative8.filter(|&v| aligned8 && s.program_data && starts_at(v)),
+        ];
+        values.iter().any(Option::is_some).then_some(WordHit {
+            offset: s.offset + at as u64,
+            from: here,
+            values,
+        })
+    }
+}
+
+/// Which stretches of addresses hold one of some values: a bitmap of at
+/// most [`Sieve::BITS`] bits from the least value to the greatest, each bit
+/// for 64 bytes or more, so that most words are told to name none of the
+/// values without a search.
+struct Sieve {
+    lo: u64,
+    span: u64,
+    shift: u32,
+    bits: Vec<u64>,
+}
+
+impl Sieve {
+    const BITS: u64 = 1 << 23;
+
+    /// The sieve of `values`.
+    fn new(values: &[u64]) -> Sieve {
+        let (Some(&lo), Some(&hi)) = (values.iter().min(), values.iter().max()) else {
+            return Sieve {
+                lo: 0,
+                span: 0,
+                shift: 6,
+                bits: Vec::new(),
+            };
+        };
+        let span = hi - lo;
+        let mut shift = 6;
+        while span >> shift >= Self::BITS {
+            shift += 1;
+        }
+        let mut bits = vec![0u64; ((span >> shift) / 64 + 1) as usize];
+        for &v in values {
+            let i = (v - lo) >> shift;
+            bits[(i / 64) as usize] |= 1 << (i % 64);
+        }
+        Sieve {
+            lo,
+            span,
+            shift,
+            bits,
+        }
+    }
+
+    /// Whether `v` may be one of the values: `false` only where it is not.
+    fn may_hold(&self, v: u64) -> bool {
+        let d = v.wrapping_sub(self.lo);
+        if d > self.span {
+            return false;
+        }
+        let i = d >> self.shift;
+        self.bits
+            .get((i / 64) as usize)
+            .is_some_and(|b| b & (1 << (i % 64)) != 0)
+    }
+}
 
 /// Addresses `start..=end`.
 #[derive(Debug, Clone, Copy)]
@@ -365,7 +544,7 @@ impl<'d> Scan<'d> {
         // tries plan after plan, each pinning what the last one's words
         // named, and only the words' meaning changes from one to the next.
         let (a, s, cached) = self.words.get_or_init(|| {
-            let (hits, complete) = self.word_hits(all.0, all.1, &|_| true, MAX_WORD_HITS);
+            let (hits, complete) = self.word_hits(all.0, all.1, None, MAX_WORD_HITS);
             (all.0.to_vec(), all.1.to_vec(), complete.then_some(hits))
         });
         let covers = |sub: &[u64], sup: &[u64]| sub.iter().all(|v| sup.binary_search(v).is_ok());
@@ -377,7 +556,7 @@ impl<'d> Scan<'d> {
                 .collect(),
             // Read for these bounds alone, the first MAX kept.
             _ => {
-                let (hits, _) = self.word_hits(bounds, starts, &|h| named(h).is_some(), MAX);
+                let (hits, _) = self.word_hits(bounds, starts, Some(&|h| named(h).is_some()), MAX);
                 hits.iter()
                     .filter_map(|h| Some(reference(h, named(h)?)))
                     .collect()
@@ -389,86 +568,59 @@ impl<'d> Scan<'d> {
     /// word may name one of `bounds` (addresses, in order) or `starts` (the
     /// starts among them), as [`Scan::exact_words`] reads words, that
     /// `keep` keeps: at most `limit`, and whether that is all of them.
+    /// With no `keep`, every place, the chunks of the data read in
+    /// parallel.
     fn word_hits(
         &self,
         bounds: &[u64],
         starts: &[u64],
-        keep: &dyn Fn(&WordHit) -> bool,
+        keep: Option<&dyn Fn(&WordHit) -> bool>,
         limit: usize,
     ) -> (Vec<WordHit>, bool) {
-        let (Some(&lo), Some(&hi)) = (bounds.first(), bounds.last()) else {
+        let Some(words) = Words::new(&self.file, bounds, starts) else {
             return (Vec::new(), true);
         };
-        let fixed = self.file.fixed;
-        let hits = |v: u64| fixed && v >= lo && v <= hi && bounds.binary_search(&v).is_ok();
-        let starts_at = |v: u64| v >= lo && v <= hi && starts.binary_search(&v).is_ok();
-        let aarch64 = self.file.machine == elf::EM_AARCH64;
-        let mut found = Vec::new();
         // x86 code's absolute operands are decoded, and its bytes at any
         // offset name anything by chance: only AArch64's literal pools are
         // read in code.
         // A position-independent file has self-relative words only, in
         // program data, at 4-byte alignment at least: only those places
         // are read.
-        let sections = self
+        let (fixed, aarch64) = (self.file.fixed, self.file.machine == elf::EM_AARCH64);
+        let chunks: Vec<(Loaded<'_>, usize, usize)> = self
             .file
             .loaded()
             .filter(|s| !s.code || (aarch64 && fixed))
-            .filter(|s| fixed || s.program_data);
-        for s in sections {
-            let word = |at: usize, n: usize| -> Option<u64> {
-                let b = s.bytes.get(at..at + n)?;
-                let mut w = [0u8; 8];
-                w[..n].copy_from_slice(b);
-                Some(u64::from_le_bytes(w))
-            };
-            let here = |at: usize| s.addr.wrapping_add(at as u64);
-            let (first, step) = if fixed {
-                (0, 1)
-            } else {
-                (s.addr.wrapping_neg() as usize % 4, 4)
-            };
-            for at in (first..s.bytes.len()).step_by(step) {
-                let aligned4 = here(at) % 4 == 0;
-                let aligned8 = here(at) % 8 == 0;
-                // Code: literal pools, at their alignment.
-                let any8 = !s.code || aligned8;
-                // Self-relative words (`.long sym - .`, `.quad sym - .`:
-                // relative vtables, offset tables), which the linker
-                // resolves with no relocation, in any file.
-                let relative = |n: usize| {
-                    let w = word(at, n)?;
-                    let offset = if n == 4 {
-                        w as u32 as i32 as i64
-                    } else {
-                        w as i64
-                    };
-                    Some(here(at).wrapping_add(offset as u64))
+            .filter(|s| fixed || s.program_data)
+            .flat_map(|s| {
+                let first = if fixed {
+                    0
+                } else {
+                    s.addr.wrapping_neg() as usize % 4
                 };
-                // In the order they are taken: the first that names a
-                // bound of the plan asked about is the word's meaning.
-                let values = [
-                    word(at, 8).filter(|&v| any8 && hits(v)),
-                    word(at, 4).filter(|&v| fixed && aligned4 && !s.code && starts_at(v)),
-                    relative(4).filter(|&v| aligned4 && s.program_data && starts_at(v)),
-                    relative(8).filter(|&v| aligned8 && s.program_data && starts_at(v)),
-                ];
-                if values.iter().any(Option::is_some) {
-                    let hit = WordHit {
-                        offset: s.offset + at as u64,
-                        from: here(at),
-                        values,
-                    };
-                    if keep(&hit) {
-                        if found.len() >= limit {
-                            return (found, false);
-                        }
-                        found.push(hit);
-                    }
-                }
-            }
-        }
-        (found, true)
+                let len = s.bytes.len();
+                (first..len.max(first))
+                    .step_by(WORD_CHUNK)
+                    .map(move |at| (s, at, len.min(at + WORD_CHUNK)))
+            })
+            .collect();
+        // Every chunk counts what it keeps in `taken`, and stops once the
+        // count passes `limit`: at most `limit` are kept in all, and the
+        // count says whether that is all of them.
+        let taken = AtomicUsize::new(0);
+        let found: Vec<WordHit> = match keep {
+            None => chunks
+                .par_iter()
+                .map(|&(s, from, to)| words.read(s, from..to, &|_| true, &taken, limit))
+                .flatten_iter()
+                .collect(),
+            Some(keep) => chunks
+                .iter()
+                .flat_map(|&(s, from, to)| words.read(s, from..to, keep, &taken, limit))
+                .collect(),
+        };
+        let complete = taken.load(Ordering::Relaxed) <= limit;
+        (found, complete)
     }
 
     /// What `find` finds in section `i` (`usize::MAX`: the symbol tables)
@@ -612,24 +764,73 @@ impl<'d> Scan<'d> {
 /// Matched by bytes, at every offset: a match that is not an instruction
 /// only keeps the section where it is.
 fn x86_64_gotoff(bytes: &[u8], addr: u64, got: u64, range: Range, found: &mut Vec<Reference>) {
-    for (i, w) in bytes.windows(10).enumerate() {
-        if found.len() >= MAX {
-            return;
-        }
-        if w[0] & 0xf8 != 0x48 || w[1] & 0xf8 != 0xb8 {
-            continue;
-        }
-        let imm = u64::from_le_bytes([w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9]]);
-        let to = got.wrapping_add(imm);
-        if range.contains(to) {
-            found.push(Reference {
-                from: addr.wrapping_add(i as u64),
-                to,
-                kind: Kind::Code,
-            });
-        }
-    }
+    // The code in pieces, read in parallel, each finding at most what is
+    // reported in all: the first ones, in order, are those of the first
+    // pieces.
+    let starts: Vec<usize> = (0..bytes.len()).step_by(GOTOFF_CHUNK).collect();
+    let per_chunk: Vec<Vec<Reference>> = starts
+        .par_iter()
+        .map(|&from| {
+            let to = bytes.len().min(from + GOTOFF_CHUNK);
+            let mut here = Vec::new();
+            let mut at = from;
+            while at < to && here.len() < MAX {
+                // Eight places at once where none can be one.
+                if !may_be_movabs(bytes, at) {
+                    at += 8;
+                    continue;
+                }
+                for i in at..to.min(at + 8) {
+                    let Some(imm) = movabs(bytes, i) else {
+                        continue;
+                    };
+                    let to = got.wrapping_add(imm);
+                    if range.contains(to) && here.len() < MAX {
+                        here.push(Reference {
+                            from: addr.wrapping_add(i as u64),
+                            to,
+                            kind: Kind::Code,
+                        });
+                    }
+                }
+                at += 8;
+            }
+            here
+        })
+        .collect();
+    let room = MAX.saturating_sub(found.len());
+    found.extend(per_chunk.into_iter().flatten().take(room));
 }
+
+/// The immediate of the `movabs $imm64, %reg` (REX.W + B8+r, Intel SDM
+/// vol. 2, "MOV") at `at`, if those bytes are one.
+fn movabs(bytes: &[u8], at: usize) -> Option<u64> {
+    let w = bytes.get(at..at + 10)?;
+    if w[0] & 0xf8 != 0x48 || w[1] & 0xf8 != 0xb8 {
+        return None;
+    }
+    let imm: [u8; 8] = w[2..].try_into().ok()?;
+    Some(u64::from_le_bytes(imm))
+}
+
+/// Whether one of the eight places from `at` may start a `movabs` (see
+/// [`movabs`]): `false` only where none does. Eight bytes and the eight
+/// after them are compared at once (a byte is zero in `x ^ pattern` where
+/// it matches; `zeros` marks every zero byte, and some others).
+fn may_be_movabs(bytes: &[u8], at: usize) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let (Some(a), Some(b)) = (bytes.get(at..at + 8), bytes.get(at + 1..at + 9)) else {
+        return true;
+    };
+    let word = |b: &[u8]| b.try_into().map(u64::from_le_bytes).unwrap_or(0);
+    let zeros = |t: u64| t.wrapping_sub(ONES) & !t & (0x80 * ONES);
+    let rex_w = zeros((word(a) & (0xf8 * ONES)) ^ (0x48 * ONES));
+    let mov = zeros((word(b) & (0xf8 * ONES)) ^ (0xb8 * ONES));
+    rex_w & mov != 0
+}
+
+/// The bytes of code [`x86_64_gotoff`] reads as one piece.
+const GOTOFF_CHUNK: usize = 4 << 20;
 
 /// Whether another file may bind to `sym`: a global, weak or unique
 /// symbol of default or protected visibility (gABI, "Symbol Table": the
@@ -765,6 +966,85 @@ fn words(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes as good as random (a 64-bit LCG's high bytes), with `every`
+    /// n-th place made a REX.W prefix and a B8+r opcode.
+    fn noise(len: usize, every: usize) -> Vec<u8> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (x >> 56) as u8
+            })
+            .collect();
+        for at in (0..len.saturating_sub(1)).step_by(every) {
+            bytes[at] = 0x48 | (bytes[at] & 7);
+            bytes[at + 1] = 0xb8 | (bytes[at + 1] & 7);
+        }
+        bytes
+    }
+
+    /// The search of eight places at once finds every `movabs` a place by
+    /// place reading finds, at every offset, up to the last byte, and
+    /// across the pieces read in parallel.
+    #[test]
+    fn gotoff_finds_what_reading_every_place_finds() {
+        for (len, every) in [(64, 7), (1000, 13), (GOTOFF_CHUNK + 4099, 4093), (30, 1)] {
+            let bytes = noise(len, every);
+            let got = 0x40_0000u64;
+            // Every place reads as a `movabs` to somewhere: a range that
+            // takes one in about 16 of them (immediates are random).
+            let range = Range {
+                start: 0,
+                end: u64::MAX / 16,
+            };
+            let naive: Vec<u64> = bytes
+                .windows(10)
+                .enumerate()
+                .filter(|(_, w)| w[0] & 0xf8 == 0x48 && w[1] & 0xf8 == 0xb8)
+                .filter(|(i, _)| range.contains(got.wrapping_add(movabs(&bytes, *i).unwrap())))
+                .map(|(i, _)| 0x1000 + i as u64)
+                .take(MAX)
+                .collect();
+            let mut found = Vec::new();
+            x86_64_gotoff(&bytes, 0x1000, got, range, &mut found);
+            let from: Vec<u64> = found.iter().map(|r| r.from).collect();
+            assert_eq!(from, naive, "{len} bytes");
+            for at in 0..len {
+                if movabs(&bytes, at).is_some() {
+                    assert!(may_be_movabs(&bytes, at & !7), "{at}");
+                }
+            }
+        }
+    }
+
+    /// A sieve holds every value it was made of, and tells most others
+    /// apart, wide or narrow.
+    #[test]
+    fn a_sieve_keeps_its_values() {
+        for (values, step) in [
+            (vec![5u64], 1u64),
+            (vec![0x1000, 0x1040, 0x9_0000_0000], 0x1_0000),
+            ((0..1000).map(|i| 0x20_0000 + i * 0x3_1337).collect(), 0x777),
+        ] {
+            let sieve = Sieve::new(&values);
+            assert!(values.iter().all(|&v| sieve.may_hold(v)));
+            assert!(sieve.bits.len() as u64 * 64 <= 2 * Sieve::BITS);
+            let (lo, hi) = (values[0], *values.last().unwrap());
+            let others = (lo.saturating_sub(1 << 20)..hi + (1 << 20))
+                .step_by(step as usize)
+                .filter(|v| !values.contains(v));
+            let (mut held, mut all) = (0, 0);
+            for v in others {
+                held += usize::from(sieve.may_hold(v));
+                all += 1;
+            }
+            assert!(held * 4 <= all, "{held} of {all}");
+        }
+        assert!(!Sieve::new(&[]).may_hold(0));
+    }
 
     #[test]
     fn aarch64_large_model_chains() {
