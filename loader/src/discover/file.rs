@@ -86,6 +86,18 @@ impl MappedFile {
         self.map.as_deref().unwrap_or_default()
     }
 
+    /// Tells the kernel that all of the file will be read: it starts
+    /// reading every page in, in the background, and reads ahead again on
+    /// a page fault. For a caller that reads the whole file (slimming it);
+    /// a file is mapped for one that reads its headers, page by page. A
+    /// hint: nothing changes where it is not taken.
+    pub fn will_read_all(&self) {
+        if let Some(map) = &self.map {
+            let _ = map.advise(memmap2::Advice::Normal);
+            let _ = map.advise(memmap2::Advice::WillNeed);
+        }
+    }
+
     /// Every offload section of the file, in file order.
     pub fn offload_sections(&self) -> Result<Vec<OffloadSection>, FileError> {
         offload_sections(self.bytes()).map_err(|kind| FileError {

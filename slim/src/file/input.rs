@@ -94,6 +94,10 @@ impl Input {
             return Err(InputError::Changed("its size is not the size mapped"));
         }
         input.same_file()?;
+        // Slimming reads the whole file (the containers, what may refer to
+        // them, the comparison, the copy): read in as `cp` reads, not
+        // fault by fault.
+        input.map.will_read_all();
         Ok(input)
     }
 
