@@ -234,11 +234,8 @@ fn slim_layer(
     scratch: &Path,
     dry_run: bool,
 ) -> Result<Slimmed, String> {
-    let tar_path = scratch.join(format!("{index}.tar"));
-    let tar = layer::inflate(l.bytes(), &l.digest, l.diff_id.as_deref(), &tar_path)?;
-    let _remove = Remove(tar_path.clone());
-    let bytes = tar.bytes();
-    let entries = layer::entries(bytes).map_err(|e| format!("layer {}: {e}", l.digest))?;
+    let tar = Inflated::new(l, scratch.join(format!("{index}.tar")))?;
+    let (bytes, entries) = (tar.bytes(), tar.entries(l)?);
     let gpu: Vec<(usize, &Entry)> = entries
         .iter()
         .enumerate()
@@ -399,11 +396,8 @@ pub fn gpu_files(source: &Reference, dir: &Path) -> Result<Vec<PathBuf>, String>
     let mut view: BTreeMap<String, Node> = BTreeMap::new();
     let mut files: Vec<PathBuf> = Vec::new();
     for (index, l) in image.layers.iter().enumerate() {
-        let tar_path = scratch.0.join(format!("{index}.tar"));
-        let tar = layer::inflate(l.bytes(), &l.digest, l.diff_id.as_deref(), &tar_path)?;
-        let _remove = Remove(tar_path);
-        let bytes = tar.bytes();
-        let entries = layer::entries(bytes).map_err(|e| format!("layer {}: {e}", l.digest))?;
+        let tar = Inflated::new(l, scratch.0.join(format!("{index}.tar")))?;
+        let (bytes, entries) = (tar.bytes(), tar.entries(l)?);
         for e in entries.iter().filter(|e| e.kind == Kind::Whiteout) {
             whiteout(&mut view, &e.path);
         }
@@ -544,6 +538,36 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A layer's tar stream inflated into a scratch file, mapped; the file is
+/// removed when this is dropped.
+struct Inflated {
+    tar: offload_loader::MappedFile,
+    _remove: Remove,
+}
+
+impl Inflated {
+    /// Layer `l` inflated into `path`, its digests checked.
+    fn new(l: &Layer, path: PathBuf) -> Result<Inflated, String> {
+        // Removed whether or not the inflation completes.
+        let remove = Remove(path);
+        let tar = layer::inflate(l.bytes(), &l.digest, l.diff_id.as_deref(), &remove.0)?;
+        Ok(Inflated {
+            tar,
+            _remove: remove,
+        })
+    }
+
+    /// The tar stream.
+    fn bytes(&self) -> &[u8] {
+        self.tar.bytes()
+    }
+
+    /// The stream's entries (`l`: the layer, named in errors).
+    fn entries(&self, l: &Layer) -> Result<Vec<Entry>, String> {
+        layer::entries(self.bytes()).map_err(|e| format!("layer {}: {e}", l.digest))
     }
 }
 
