@@ -529,6 +529,17 @@ fn compressed_images(ccob: &CompressedBundle<'_>, limits: &Limits) -> Result<Vec
 /// start of a container's table. Zero padding between containers is skipped;
 /// other unrecognised bytes are reported once per gap.
 pub fn scan<'a>(section: &'a [u8], limits: &Limits) -> Vec<Result<Container<'a>>> {
+    scan_around(section, &[], limits)
+}
+
+/// [`scan`], passing over `holes` (ranges of `section`, in order, apart,
+/// known to read as zeros: a sparse file's holes) instead of reading them.
+/// No magic lies across a hole's edge: none holds a zero byte.
+pub(crate) fn scan_around<'a>(
+    section: &'a [u8],
+    holes: &[(usize, usize)],
+    limits: &Limits,
+) -> Vec<Result<Container<'a>>> {
     // A text bundle is a whole file: it has no magic to resynchronise on.
     if text_bundle::sniff(section).is_some() {
         return vec![Container::parse(section, limits)];
@@ -539,9 +550,9 @@ pub fn scan<'a>(section: &'a [u8], limits: &Limits) -> Vec<Result<Container<'a>>
     // already reported: they are not reported again as unrecognised.
     let mut after_error = false;
     while pos < section.len() {
-        let next = magic::next_container(section, pos);
-        let gap = &section[pos..next.unwrap_or(section.len())];
-        if !after_error && gap.iter().any(|&b| b != 0) {
+        let next = next_outside(section, pos, holes);
+        let gap = pos..next.unwrap_or(section.len());
+        if !after_error && nonzero_outside(section, gap, holes) {
             out.push(Err(unrecognised(pos)));
         }
         let Some(start) = next else { break };
@@ -567,6 +578,51 @@ pub fn scan<'a>(section: &'a [u8], limits: &Limits) -> Vec<Result<Container<'a>>
     out
 }
 
+/// The bytes of `section` from `pos` on that are not in `holes`, as runs.
+fn outside<'h>(
+    section: &[u8],
+    pos: usize,
+    holes: &'h [(usize, usize)],
+) -> impl Iterator<Item = std::ops::Range<usize>> + 'h {
+    let len = section.len();
+    let mut at = pos;
+    let mut rest = holes.iter();
+    std::iter::from_fn(move || {
+        while at < len {
+            let Some(&(a, b)) = rest.next() else {
+                let run = at..len;
+                at = len;
+                return Some(run);
+            };
+            if b <= at {
+                continue;
+            }
+            let run = at..a.clamp(at, len);
+            at = b.max(at);
+            if !run.is_empty() {
+                return Some(run);
+            }
+        }
+        None
+    })
+}
+
+/// [`magic::next_container`] from `pos`, in the bytes outside `holes`.
+fn next_outside(section: &[u8], pos: usize, holes: &[(usize, usize)]) -> Option<usize> {
+    outside(section, pos, holes)
+        .find_map(|run| magic::next_container(&section[..run.end], run.start))
+}
+
+/// Whether a byte of `section` in `range` outside `holes` is not zero.
+fn nonzero_outside(
+    section: &[u8],
+    range: std::ops::Range<usize>,
+    holes: &[(usize, usize)],
+) -> bool {
+    outside(&section[..range.end], range.start, holes)
+        .any(|run| section[run].iter().any(|&b| b != 0))
+}
+
 fn unrecognised(at: usize) -> Error {
     Error::new(
         at as u64,
@@ -578,7 +634,7 @@ fn unrecognised(at: usize) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::image::CodeKind;
     use crate::select::{select, DeviceTarget, Policy, Rejection};
@@ -609,6 +665,59 @@ mod tests {
             out.extend(obj);
         }
         out
+    }
+
+    /// Bundles and stray bytes among long runs of zeros: the bytes a slimmed
+    /// file leaves in place of what it removed.
+    pub(crate) fn sparse_section() -> Vec<u8> {
+        let a = bundle(&[("hip-amdgcn-amd-amdhsa--gfx1100", elf(0x41))]);
+        let b = bundle(&[("hip-amdgcn-amd-amdhsa--gfx90a", elf(0x3f))]);
+        let mut section = a;
+        section.resize(section.len() + (1 << 20) + 3, 0);
+        section.extend(&b);
+        section.resize(section.len() + 300_001, 0);
+        section.extend(b"stray");
+        section.resize(section.len() + 70_000, 0);
+        section.extend(&b);
+        section.resize(section.len() + 9, 0);
+        section
+    }
+
+    /// Every run of at least `min` zeros of `bytes`, as `(start, end)`.
+    fn zero_runs(bytes: &[u8], min: usize) -> Vec<(usize, usize)> {
+        let mut runs = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let len = bytes[at..].iter().take_while(|&&b| b == 0).count();
+            if len >= min {
+                runs.push((at, at + len));
+            }
+            at += len.max(1);
+        }
+        runs
+    }
+
+    /// Passing over holes finds what reading them finds: the containers,
+    /// and stray bytes between them, wherever the holes start and end
+    /// (within a run of zeros, at its edges, at the section's end).
+    #[test]
+    fn holes_are_passed_over_as_the_zeros_they_read_as() {
+        let section = sparse_section();
+        let plain = format!("{:?}", scan(&section, &Limits::default()));
+        assert_eq!(scan(&section, &Limits::default()).len(), 4, "{plain}");
+        for min in [1, 7, 4096, 65_536] {
+            let runs = zero_runs(&section, min);
+            // Whole runs, and runs with their edges kept as data.
+            let inner: Vec<(usize, usize)> = runs
+                .iter()
+                .filter(|(a, b)| b - a > 2)
+                .map(|&(a, b)| (a + 1, b - 1))
+                .collect();
+            for holes in [runs, inner] {
+                let around = scan_around(&section, &holes, &Limits::default());
+                assert_eq!(format!("{around:?}"), plain, "{min}: {holes:?}");
+            }
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use object::read::archive::ArchiveFile;
 use object::read::elf::{FileHeader, SectionHeader};
 use object::{Endianness, FileKind};
 
+use super::holes::Holes;
 use super::{
     quick, section_role, FileError, FileErrorKind, OffloadSection, SectionRole,
     OBJECT_BUNDLE_PREFIX,
@@ -27,6 +28,8 @@ const READ_AHEAD: u64 = 8 << 20;
 pub struct MappedFile {
     path: PathBuf,
     map: Option<memmap2::Mmap>,
+    /// Its holes when mapped, which scans pass over.
+    holes: Holes,
 }
 
 impl MappedFile {
@@ -109,7 +112,7 @@ impl MappedFile {
     /// Every container of every container section, with offsets relative to the
     /// file. A broken container is reported in place; the others are still listed.
     pub fn containers(&self, limits: &Limits) -> Result<Vec<SectionContainers<'_>>, FileError> {
-        containers(self.bytes(), limits).map_err(|kind| FileError {
+        containers_around(self.bytes(), &self.holes, limits).map_err(|kind| FileError {
             path: self.path.clone(),
             kind,
         })
@@ -120,6 +123,15 @@ impl MappedFile {
 /// offsets relative to it ([`MappedFile::containers`]).
 pub fn containers<'a>(
     data: &'a [u8],
+    limits: &Limits,
+) -> Result<Vec<SectionContainers<'a>>, FileErrorKind> {
+    containers_around(data, &Holes::default(), limits)
+}
+
+/// [`containers`], the container sections' scans passing over `holes`.
+fn containers_around<'a>(
+    data: &'a [u8],
+    holes: &Holes,
     limits: &Limits,
 ) -> Result<Vec<SectionContainers<'a>>, FileErrorKind> {
     let sections = offload_sections(data)?;
@@ -177,7 +189,8 @@ pub fn containers<'a>(
             let containers = if section.role == SectionRole::Image {
                 vec![Container::from_image(bytes, limits)]
             } else {
-                container::scan(bytes, limits)
+                let holes = holes.within(section.file_offset, section.size);
+                container::scan_around(bytes, &holes, limits)
             };
             let containers = containers
                 .into_iter()
@@ -307,7 +320,11 @@ fn map(path: PathBuf, file: &std::fs::File, len: u64) -> Result<MappedFile, File
         }
         Some(map)
     };
-    Ok(MappedFile { path, map })
+    Ok(MappedFile {
+        path,
+        map,
+        holes: Holes::of(file, len),
+    })
 }
 
 /// What a file that is not a regular one is.

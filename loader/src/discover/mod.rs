@@ -8,6 +8,7 @@
 mod descriptor;
 mod embedded;
 pub mod file;
+mod holes;
 mod quick;
 
 use std::fmt;
