@@ -21,7 +21,7 @@ mod keep;
 mod other;
 mod temp;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -262,11 +262,7 @@ fn attempt(
     let first = crate::slim(data, &sections, &plan.keep_fn(), &options.limits, layout);
     report.sections_left = first.sections_left;
     report.holes = first.holes;
-    report.containers = first
-        .containers
-        .into_iter()
-        .map(|r| summarise(r, &sections, &plan))
-        .collect();
+    report.containers = summarise(first.containers, &sections, &plan);
     let output = first.output?;
     let fallback = matches!(layout, Layout::Compact) && output.len() != report.before;
     if first.deferred.is_empty() {
@@ -331,10 +327,7 @@ fn attempt(
                 .into_iter()
                 .filter(|(s, _)| !report.holes.iter().any(|h| h.section == *s))
                 .collect();
-            let summaries: Vec<ContainerSummary> = containers
-                .into_iter()
-                .map(|r| summarise(r, &now, &pass_plan))
-                .collect();
+            let summaries = summarise(containers, &now, &pass_plan);
             merge(&mut report.containers, summaries, &now, &sections);
             match output {
                 Some(out) if !deferred.is_empty() => {
@@ -743,37 +736,46 @@ fn shortfalls(
     (missing, partly)
 }
 
+/// Each container's report with the IDs of the images it kept and removed,
+/// and why each removed one was (the containers looked up by offset once:
+/// a file holds thousands).
 fn summarise(
-    report: ContainerReport,
+    reports: Vec<ContainerReport>,
     sections: &[SectionContainers<'_>],
     plan: &Plan,
-) -> ContainerSummary {
-    let container = sections
-        .iter()
-        .flat_map(|s| s.containers.iter().flatten())
-        .find(|c| c.offset() == report.offset);
-    let id = |i: usize| {
-        container
-            .and_then(|c| c.images().get(i))
-            .map_or_else(String::new, |image| image.id.clone())
-    };
-    ContainerSummary {
-        kept: report.kept.iter().map(|&i| (i, id(i))).collect(),
-        removed: report
-            .removed
-            .iter()
-            .map(|&i| Removed {
-                index: i,
-                id: id(i),
-                reasons: plan
-                    .reasons
-                    .get(&(report.offset, i))
-                    .cloned()
-                    .unwrap_or_default(),
-            })
-            .collect(),
-        report,
+) -> Vec<ContainerSummary> {
+    let mut by_offset = HashMap::new();
+    for c in sections.iter().flat_map(|s| s.containers.iter().flatten()) {
+        by_offset.entry(c.offset()).or_insert(c);
     }
+    reports
+        .into_iter()
+        .map(|report| {
+            let container = by_offset.get(&report.offset);
+            let id = |i: usize| {
+                container
+                    .and_then(|c| c.images().get(i))
+                    .map_or_else(String::new, |image| image.id.clone())
+            };
+            ContainerSummary {
+                kept: report.kept.iter().map(|&i| (i, id(i))).collect(),
+                removed: report
+                    .removed
+                    .iter()
+                    .map(|&i| Removed {
+                        index: i,
+                        id: id(i),
+                        reasons: plan
+                            .reasons
+                            .get(&(report.offset, i))
+                            .cloned()
+                            .unwrap_or_default(),
+                    })
+                    .collect(),
+                report,
+            }
+        })
+        .collect()
 }
 
 /// Every image `device` selects in `sections`, in order: (container, index).
