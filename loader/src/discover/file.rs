@@ -36,8 +36,8 @@ impl MappedFile {
     /// Maps `path` read-only. An empty file maps to no bytes.
     pub fn open(path: impl AsRef<Path>) -> Result<MappedFile, FileError> {
         let path = path.as_ref().to_path_buf();
-        let (file, len) = open_regular(&path)?;
-        map(path, &file, len)
+        let (file, meta) = open_regular(&path)?;
+        map(path, &file, &meta)
     }
 
     /// Maps `path` only if it may hold offload code: a raw container or
@@ -56,7 +56,7 @@ impl MappedFile {
         let n = match std::os::unix::fs::FileExt::read_at(&file, &mut head, 0) {
             Ok(n) => n,
             Err(e) => {
-                regular_len(&path, &file)?;
+                regular(&path, &file)?;
                 return Err(FileError {
                     path,
                     kind: FileErrorKind::Io(e),
@@ -67,8 +67,8 @@ impl MappedFile {
         let kind = FileKind::parse(head);
         let maybe = quick::may_hold_offload_code(&file, head, &kind);
         if maybe {
-            let len = regular_len(&path, &file)?;
-            return map(path, &file, len).map(Some);
+            let meta = regular(&path, &file)?;
+            return map(path, &file, &meta).map(Some);
         }
         match kind {
             Ok(FileKind::Elf64 | FileKind::Archive) => Ok(None),
@@ -241,11 +241,12 @@ fn embedded_sections(data: &[u8]) -> Vec<OffloadSection> {
 }
 
 /// `path` opened without blocking (a named pipe would wait for a writer),
-/// refused unless it is a regular file, with its length: one open, one fstat.
-fn open_regular(path: &Path) -> Result<(std::fs::File, u64), FileError> {
+/// refused unless it is a regular file, with its metadata: one open, one
+/// fstat.
+fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), FileError> {
     let file = open_nonblocking(path)?;
-    let len = regular_len(path, &file)?;
-    Ok((file, len))
+    let meta = regular(path, &file)?;
+    Ok((file, meta))
 }
 
 /// `path` opened for reading without blocking (a named pipe would wait for a
@@ -280,9 +281,9 @@ fn open_nonblocking(path: &Path) -> Result<std::fs::File, FileError> {
     })
 }
 
-/// The length of `file` (opened from `path`), or the error that it is not a
-/// regular file: one fstat.
-fn regular_len(path: &Path, file: &std::fs::File) -> Result<u64, FileError> {
+/// The metadata of `file` (opened from `path`), or the error that it is not
+/// a regular file: one fstat.
+fn regular(path: &Path, file: &std::fs::File) -> Result<std::fs::Metadata, FileError> {
     let error = |kind| FileError {
         path: path.to_path_buf(),
         kind,
@@ -293,11 +294,16 @@ fn regular_len(path: &Path, file: &std::fs::File) -> Result<u64, FileError> {
             meta.file_type(),
         ))));
     }
-    Ok(meta.len())
+    Ok(meta)
 }
 
-/// Maps `file` (`len` bytes) read-only.
-fn map(path: PathBuf, file: &std::fs::File, len: u64) -> Result<MappedFile, FileError> {
+/// Maps `file` (of metadata `meta`) read-only.
+fn map(
+    path: PathBuf,
+    file: &std::fs::File,
+    meta: &std::fs::Metadata,
+) -> Result<MappedFile, FileError> {
+    let len = meta.len();
     let map = if len == 0 {
         None
     } else {
@@ -323,7 +329,7 @@ fn map(path: PathBuf, file: &std::fs::File, len: u64) -> Result<MappedFile, File
     Ok(MappedFile {
         path,
         map,
-        holes: Holes::of(file, len),
+        holes: Holes::of(file, meta),
     })
 }
 

@@ -21,12 +21,10 @@ const SMALLEST: u64 = 64 << 10;
 pub(crate) struct Holes(Vec<(u64, u64)>);
 
 impl Holes {
-    /// The holes of `file` (`len` bytes), as they are now. A file whose
-    /// blocks cover its length has none and is not asked.
-    pub(crate) fn of(file: &File, len: u64) -> Holes {
-        let Ok(meta) = file.metadata() else {
-            return Holes::default();
-        };
+    /// The holes of `file` (of metadata `meta`), as they are now. A file
+    /// whose blocks cover its length has none and is not asked.
+    pub(crate) fn of(file: &File, meta: &std::fs::Metadata) -> Holes {
+        let len = meta.len();
         if meta.blocks().saturating_mul(512) >= len {
             return Holes::default();
         }
@@ -100,7 +98,7 @@ mod tests {
             }
         }
         file.sync_all().unwrap();
-        let holes = Holes::of(&file, section.len() as u64);
+        let holes = Holes::of(&file, &file.metadata().unwrap());
         let mut last = 0;
         for &(a, b) in &holes.0 {
             assert!(a >= last && b > a && b <= section.len() as u64, "{holes:?}");
