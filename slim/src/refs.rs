@@ -268,7 +268,7 @@ impl<'a> Words<'a> {
             return found;
         }
         for at in at.step_by(if self.fixed { 1 } else { 4 }) {
-            if !self.fixed && !self.may_be_relative(s, at) {
+            if !self.may_name(s, at) {
                 continue;
             }
             let Some(hit) = self.place(s, at) else {
@@ -284,17 +284,23 @@ impl<'a> Words<'a> {
         found
     }
 
-    /// Whether a self-relative word at offset `at` of section `s` may name
-    /// a start (what [`Words::place`] reads in a position-independent
-    /// file): `false` only where none does.
-    fn may_be_relative(&self, s: Loaded<'_>, at: usize) -> bool {
+    /// Whether a word at offset `at` of section `s` may name a bound or a
+    /// start any way [`Words::place`] reads it: `false` only where none
+    /// does. Most words name nothing near one, and are passed over with no
+    /// search. The last seven places of a section, where no 8-byte word
+    /// fits, are left to [`Words::place`].
+    fn may_name(&self, s: Loaded<'_>, at: usize) -> bool {
         let Some(w) = s.bytes.get(at..at + 8) else {
             return true;
         };
-        let w = w.try_into().map(u64::from_le_bytes).unwrap_or(0);
+        let w8 = w.try_into().map(u64::from_le_bytes).unwrap_or(0);
+        let w4 = w8 as u32;
         let here = s.addr.wrapping_add(at as u64);
-        let relative4 = here.wrapping_add(w as u32 as i32 as i64 as u64);
-        self.near_start.may_hold(relative4) || self.near_start.may_hold(here.wrapping_add(w))
+        let relative4 = here.wrapping_add(w4 as i32 as i64 as u64);
+        (self.fixed && (self.near_bound.may_hold(w8) || self.near_start.may_hold(u64::from(w4))))
+            || (s.program_data
+                && (self.near_start.may_hold(relative4)
+                    || self.near_start.may_hold(here.wrapping_add(w8))))
     }
 
     /// What the words at offset `at` of section `s` name, where one names
@@ -311,14 +317,6 @@ impl<'a> Words<'a> {
         let relative4 = w4.map(|w| here.wrapping_add(w as u32 as i32 as i64 as u64));
         let relative8 = w8.map(|w| here.wrapping_add(w));
         let fixed = self.fixed;
-        // Most words name nothing near a bound or a start any way they are
-        // read: those are passed over first, with no search.
-        let maybe_start = |v: Option<u64>| v.is_some_and(|v| self.near_start.may_hold(v));
-        let maybe = (fixed && (w8.is_some_and(|v| self.near_bound.may_hold(v)) || maybe_start(w4)))
-            || (s.program_data && (maybe_start(relative4) || maybe_start(relative8)));
-        if !maybe {
-            return None;
-        }
         let hits = |v: u64| fixed && self.bounds.binary_search(&v).is_ok();
         let starts_at = |v: u64| self.starts.binary_search(&v).is_ok();
         let aligned4 = here % 4 == 0;
