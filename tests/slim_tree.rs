@@ -499,6 +499,9 @@ fn files_slim_cannot_read_are_copied_as_they_are() {
     std::fs::remove_file(&c).unwrap();
     let cut = std::fs::read(&lib).unwrap()[..40].to_vec();
     std::fs::write(src.join("cut.so"), &cut).unwrap();
+    // A wheel found in the walk is slimmed as a wheel; one that is no zip
+    // is copied as it is.
+    std::fs::write(src.join("k-1.0-py3-none-any.whl"), &cut).unwrap();
     let out = temp_dir().join("out");
     let (code, r) = slim(
         &probe,
@@ -521,8 +524,9 @@ fn files_slim_cannot_read_are_copied_as_they_are() {
             p.file_name().unwrap().to_string_lossy().into_owned()
         })
         .collect();
-    assert_eq!(as_is, ["a32.o", "cut.so"], "{r}");
-    for name in ["a32.o", "cut.so"] {
+    assert_eq!(as_is, ["a32.o", "cut.so", "k-1.0-py3-none-any.whl"], "{r}");
+    assert_eq!(r["wheels"].as_array().unwrap().len(), 1, "{r}");
+    for name in ["a32.o", "cut.so", "k-1.0-py3-none-any.whl"] {
         assert!(
             std::fs::read(out.join(name)).unwrap() == std::fs::read(src.join(name)).unwrap(),
             "{name} is not its original: {r}"

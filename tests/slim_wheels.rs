@@ -173,6 +173,79 @@ fn a_slimmed_wheel_installs_and_its_record_holds() {
     // .dist-info directory renamed with the label.
     let compared = python_out(&py, COMPARE, &[&whl, &written]);
     assert!(compared.trim().parse::<usize>().unwrap() >= 3, "{compared}");
+    a_wheelhouse_is_slimmed_wheel_by_wheel(&probe, &whl, &written, &dir);
+}
+
+/// A directory holding the wheel (twice: a hard link; mode 0640) and a file
+/// with no GPU code, slimmed with --output: the tree holds, at the wheel's
+/// place, the wheel slimmed as it is when named (byte for byte), under its
+/// labelled name, with its mode, and once (the other name a hard link to
+/// it); the other file copied; the original name not there.
+fn a_wheelhouse_is_slimmed_wheel_by_wheel(probe: &Path, whl: &Path, named: &Path, dir: &Path) {
+    let house = dir.join("house");
+    let name = whl.file_name().unwrap();
+    std::fs::create_dir_all(house.join("dist/again")).unwrap();
+    std::fs::copy(whl, house.join("dist").join(name)).unwrap();
+    std::fs::set_permissions(
+        house.join("dist").join(name),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    std::fs::hard_link(
+        house.join("dist").join(name),
+        house.join("dist/again").join(name),
+    )
+    .unwrap();
+    std::fs::write(house.join("dist/index.html"), b"<a href=x.whl>x</a>\n").unwrap();
+    let out = dir.join("house-out");
+    let o = Command::new(probe)
+        .args([
+            "slim",
+            "--device",
+            "sm_90",
+            "--local-version",
+            "sm90",
+            "--json",
+            "--output",
+        ])
+        .arg(&out)
+        .arg(&house)
+        .env_remove("OFFLOAD_LOADER_DEVICES")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(report["wheels"].as_array().unwrap().len(), 1, "{text}");
+    let labelled = named.file_name().unwrap();
+    let slimmed = out.join("dist").join(labelled);
+    assert!(
+        std::fs::read(&slimmed).unwrap() == std::fs::read(named).unwrap(),
+        "the wheel found in the directory is not the wheel slimmed when named"
+    );
+    assert!(!out.join("dist").join(name).exists());
+    assert_eq!(
+        std::fs::read(out.join("dist/index.html")).unwrap(),
+        std::fs::read(house.join("dist/index.html")).unwrap()
+    );
+    let mut listed: Vec<_> = std::fs::read_dir(out.join("dist"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    listed.sort();
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    // The hard link is one file with the first, under the labelled name.
+    use std::os::unix::fs::MetadataExt;
+    let again = std::fs::metadata(out.join("dist/again").join(labelled)).unwrap();
+    assert_eq!(again.ino(), std::fs::metadata(&slimmed).unwrap().ino());
+    // It keeps the original's mode.
+    assert_eq!(again.mode() & 0o7777, 0o640);
 }
 
 /// Compares two wheels entry by entry (the second's `.dist-info` renamed

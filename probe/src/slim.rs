@@ -49,9 +49,9 @@ EXIT STATUS:
 )]
 struct Args {
     /// Files (ELF executables, shared objects, objects, archives, raw
-    /// containers) and directories, walked. A wheel (`*.whl`) named here is
-    /// slimmed as a wheel into --output: a new wheel whose RECORD has the
-    /// new hashes. An image named as skopeo names it, `oci:DIR[:TAG]` (an
+    /// containers) and directories, walked. A wheel (`*.whl`) named here,
+    /// or found in a directory with --output, is slimmed as a wheel into
+    /// --output: a new wheel whose RECORD has the new hashes. An image named as skopeo names it, `oci:DIR[:TAG]` (an
     /// OCI image layout) or `docker-archive:FILE` (a `docker save`
     /// archive), is slimmed as an image into the --output image.
     #[arg(required = true)]
@@ -105,6 +105,14 @@ struct Job {
     key: Key,
     destination: Destination,
     links: Vec<PathBuf>,
+}
+
+/// A wheel found in a directory, what it is, and its first place in the
+/// output tree.
+struct WheelJob {
+    path: PathBuf,
+    key: Key,
+    to: PathBuf,
 }
 
 pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
@@ -161,23 +169,11 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         eprintln!("offload-probe slim: a wheel is slimmed into --output DIR, not in place");
         return ExitCode::from(2);
     }
-    if args.local_version.is_some() && wheels.is_empty() {
-        eprintln!("offload-probe slim: --local-version labels a wheel; no wheel (*.whl) was named");
-        return ExitCode::from(2);
-    }
     let args = Args { paths, ..args };
     let wheel_dir = args.output.clone().unwrap_or_else(std::env::temp_dir);
-    let wheel_reports: Vec<offload_slim::WheelReport> = wheels
+    let mut wheel_reports: Vec<offload_slim::WheelReport> = wheels
         .iter()
-        .map(|w| {
-            offload_slim::slim_wheel(
-                w,
-                &options,
-                &wheel_dir,
-                args.local_version.as_deref(),
-                args.dry_run,
-            )
-        })
+        .map(|w| slim_wheel(w, &args, &options, &wheel_dir))
         .collect();
     let image_reports: Vec<offload_slim::ImageReport> = images
         .iter()
@@ -195,8 +191,24 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         },
         None => None,
     };
-    let (jobs, mut errors) = find(&args, tree.as_ref());
+    let (jobs, found_wheels, mut errors) = find(&args, tree.as_ref());
+    if args.local_version.is_some() && wheel_reports.is_empty() && found_wheels.is_empty() {
+        eprintln!(
+            "offload-probe slim: --local-version labels a wheel; no wheel (*.whl) was named or found"
+        );
+        return ExitCode::from(2);
+    }
     let mut reports = slim_all(&jobs, &options, args.dry_run, args.json);
+    // A wheel found in a directory is slimmed as a wheel into its place in
+    // the output tree; a dry run or an error leaves that place to the copy.
+    let mut wheel_fates = BTreeMap::new();
+    for WheelJob { path, key, to } in &found_wheels {
+        let w = slim_wheel(path, &args, &options, to.parent().unwrap_or(Path::new(".")));
+        if let Some(fate) = wheel_fate(&w, to, args.dry_run) {
+            wheel_fates.insert(*key, fate);
+        }
+        wheel_reports.push(w);
+    }
     for w in &wheel_reports {
         if let Some(e) = &w.error {
             errors.push(e.clone());
@@ -215,7 +227,8 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         } else {
             How::Copy
         };
-        let fates = fates(&jobs, &reports, args.dry_run);
+        let mut fates = fates(&jobs, &reports, args.dry_run);
+        fates.append(&mut wheel_fates);
         let dir = args.output.as_deref().unwrap_or(Path::new("."));
         let summary = complete::complete(&tree, dir, &fates, how, args.dry_run);
         errors.extend(summary.errors.iter().cloned());
@@ -266,6 +279,40 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         ExitCode::from(2)
     } else {
         ExitCode::from(u8::from(missing))
+    }
+}
+
+/// The wheel at `path` slimmed as a wheel into `dir`.
+fn slim_wheel(
+    path: &Path,
+    args: &Args,
+    options: &Options,
+    dir: &Path,
+) -> offload_slim::WheelReport {
+    offload_slim::slim_wheel(
+        path,
+        options,
+        dir,
+        args.local_version.as_deref(),
+        args.dry_run,
+    )
+}
+
+/// What the output tree has of a wheel found in it, whose first place is
+/// `to`: the slimmed wheel (with a local version label, under its new
+/// name), a copy as it is when slimming it failed, or (`None`) a copy of a
+/// wheel nothing in it changes on a dry run.
+fn wheel_fate(w: &offload_slim::WheelReport, to: &Path, dry_run: bool) -> Option<Fate> {
+    if w.error.is_some() {
+        return Some(Fate::Failed);
+    }
+    match &w.output {
+        Some(o) => match o.file_name() {
+            Some(name) if Some(name) != to.file_name() => Some(Fate::SlimmedAs(name.to_owned())),
+            _ => Some(Fate::Slimmed),
+        },
+        None if dry_run && w.files.iter().any(FileReport::changes) => Some(Fate::Slimmed),
+        None => None,
     }
 }
 
@@ -346,23 +393,39 @@ fn fates(jobs: &[Job], reports: &[FileReport], dry_run: bool) -> BTreeMap<Key, F
 }
 
 /// Looks at each file the walk finds: may it hold offload code (its headers
-/// say)? Files that may not are left out of the walk's output.
+/// say), or is it a wheel? Files that are neither are left out of the
+/// walk's output.
 struct MayHoldOffload;
 
+/// What a file found may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    /// Offload code, by its headers (or named: read whole).
+    Offload,
+    /// A wheel (`*.whl`), slimmed as a wheel.
+    Wheel,
+    Nothing,
+}
+
 impl walk::Inspector for MayHoldOffload {
-    type Report = Result<bool, String>;
+    type Report = Result<Holds, String>;
     fn inspect(&self, path: &Path, named: bool) -> Self::Report {
         // A named file is slimmed whatever its headers say: GPU code may
         // lie among its data.
         if named {
-            return Ok(true);
+            return Ok(Holds::Offload);
         }
-        MappedFile::open_if_offload(path)
-            .map(|f| f.is_some())
-            .map_err(|e| e.to_string())
+        if is_wheel(path) {
+            return Ok(Holds::Wheel);
+        }
+        match MappedFile::open_if_offload(path) {
+            Ok(Some(_)) => Ok(Holds::Offload),
+            Ok(None) => Ok(Holds::Nothing),
+            Err(e) => Err(e.to_string()),
+        }
     }
     fn shown(&self, report: &Self::Report) -> bool {
-        matches!(report, Ok(true))
+        matches!(report, Ok(Holds::Offload | Holds::Wheel))
     }
 }
 
@@ -370,8 +433,9 @@ impl walk::Inspector for MayHoldOffload {
 /// whatever its names (the first name, in sorted order, of each file), with
 /// where each goes: with `--output`, the first place of a regular name of
 /// it in the `tree` (a file only symbolic links reach is not slimmed: the
-/// links are copied as links); and what could not be read.
-fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<String>) {
+/// links are copied as links); with `--output`, the wheels found, each with
+/// its first place; and what could not be read.
+fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<WheelJob>, Vec<String>) {
     let walked = walk::scan(&args.paths, &MayHoldOffload);
     let mut errors: Vec<String> = walked
         .errors
@@ -382,10 +446,18 @@ fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<String>) {
     // found in a directory.
     let mut seen: BTreeMap<Key, usize> = BTreeMap::new();
     let mut found: Vec<(PathBuf, Key, Vec<PathBuf>)> = Vec::new();
+    let mut wheels: Vec<(PathBuf, Key)> = Vec::new();
     for (input, report) in walked.inputs {
         match report {
-            Ok(true) => {}
-            Ok(false) => continue,
+            Ok(Holds::Offload) => {}
+            Ok(Holds::Wheel) if tree.is_some() => {
+                if let Ok(m) = std::fs::metadata(&input.path) {
+                    let (path, _) = regular_first(input.path, input.also);
+                    wheels.push((path, (m.dev(), m.ino())));
+                }
+                continue;
+            }
+            Ok(Holds::Wheel | Holds::Nothing) => continue,
             Err(e) => {
                 errors.push(e);
                 continue;
@@ -431,7 +503,17 @@ fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<String>) {
             })
         })
         .collect();
-    (jobs, errors)
+    // A wheel is slimmed once, into the first place of a regular name of it.
+    let mut placed = std::collections::BTreeSet::new();
+    let wheels = wheels
+        .into_iter()
+        .filter(|(_, key)| placed.insert(*key))
+        .filter_map(|(path, key)| {
+            let to = firsts.as_ref()?.get(&key)?.to_path_buf();
+            Some(WheelJob { path, key, to })
+        })
+        .collect();
+    (jobs, wheels, errors)
 }
 
 /// The file's names with the first that is not a symbolic link first (if

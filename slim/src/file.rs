@@ -17,7 +17,7 @@
 mod copy;
 mod guard;
 mod input;
-mod keep;
+pub(crate) mod keep;
 mod other;
 mod temp;
 

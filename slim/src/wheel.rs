@@ -27,6 +27,7 @@ use rayon::prelude::*;
 use zip::write::SimpleFileOptions;
 use zip::{ZipArchive, ZipWriter};
 
+use crate::file::keep::{Attributes, Strictness};
 use crate::file::{slim_file, Destination, FileReport, Options};
 use record::WheelName;
 
@@ -45,6 +46,9 @@ pub struct WheelReport {
     pub files: Vec<FileReport>,
     /// Why no wheel was written, if none was (but for a dry run).
     pub error: Option<String>,
+    /// What the new wheel could not keep of the original's owner, mode and
+    /// extended attributes.
+    pub notes: Vec<String>,
 }
 
 /// The wheel at `path` slimmed for `options` into directory `out` (made if
@@ -103,7 +107,14 @@ fn run(
     }
     let mut zip = ZipArchive::new(BufReader::new(File::open(&path).map_err(|e| at(&e))?))
         .map_err(|e| at(&e))?;
-    let scratch = Scratch::new(out).map_err(|e| at(&e))?;
+    // A dry run writes nothing to `out`: its scratch is the temporary
+    // directory's.
+    let scratch_in = if dry_run {
+        std::env::temp_dir()
+    } else {
+        out.to_path_buf()
+    };
+    let scratch = Scratch::new(&scratch_in).map_err(|e| at(&e))?;
     // The entries that may hold GPU code, taken out one at a time.
     let mut candidates: Vec<(usize, String, PathBuf)> = Vec::new();
     for i in 0..zip.len() {
@@ -156,11 +167,24 @@ fn run(
         return Ok(());
     }
     let temp = out.join(format!(".{new_name}.{}.tmp", scratch.1));
-    let written = write(&mut zip, &name, &new_name, &changed, &temp)
-        .and_then(|()| fs::rename(&temp, &target).map_err(|e| e.to_string()));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&temp);
-        return Err(at(&e));
+    let attributes = File::open(&path)
+        .map_err(|e| at(&e))
+        .and_then(|f| Attributes::of(&f).map_err(|e| at(&e)))?;
+    let written = write(&mut zip, &name, &new_name, &changed, &temp).and_then(|file| {
+        // The new wheel is the original's: its owner, mode and attributes.
+        let notes = attributes
+            .apply(&file, Strictness::Copy)
+            .map_err(|e| e.to_string())?;
+        file.sync_all().map_err(|e| e.to_string())?;
+        fs::rename(&temp, &target).map_err(|e| e.to_string())?;
+        Ok(notes)
+    });
+    match written {
+        Ok(notes) => report.notes = notes,
+        Err(e) => {
+            let _ = fs::remove_file(&temp);
+            return Err(at(&e));
+        }
     }
     report.output = Some(target);
     Ok(())
@@ -197,14 +221,14 @@ impl Content {
     }
 }
 
-/// The new wheel, written to `temp` (synced).
+/// The new wheel, written to `temp` (flushed, not yet synced).
 fn write(
     zip: &mut ZipArchive<BufReader<File>>,
     name: &WheelName,
     new_name: &WheelName,
     changed: &[(usize, PathBuf)],
     temp: &Path,
-) -> Result<(), String> {
+) -> Result<File, String> {
     let (info, new_info) = (name.dist_info(), new_name.dist_info());
     let (data, new_data) = (name.data(), new_name.data());
     let rename = |p: &str| record::renamed(&record::renamed(p, &info, &new_info), &data, &new_data);
@@ -262,11 +286,7 @@ fn write(
     }
     let mut inner = writer.finish().map_err(|e| e.to_string())?;
     inner.flush().map_err(|e| e.to_string())?;
-    inner
-        .into_inner()
-        .map_err(|e| e.to_string())?
-        .sync_all()
-        .map_err(|e| e.to_string())
+    inner.into_inner().map_err(|e| e.to_string())
 }
 
 /// The index and text of entry `name` (a small text file of the

@@ -7,6 +7,7 @@
 //! mode, owner, attributes and times, the deepest first.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use offload_slim::{copy_file, keep_directory, link_name, symlink_name, sync_tree, Copied, How};
@@ -21,10 +22,14 @@ pub const FOR_OTHER_GPUS: &str = "for other GPUs";
 const FAILED: &str = "slimming it failed (said above)";
 
 /// What slim made of a file of the tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fate {
     /// Its result is at its first place.
     Slimmed,
+    /// Its result is in its first place's directory under this name (a
+    /// wheel given a local version label); each further name of it is a
+    /// hard link under this name in its own directory.
+    SlimmedAs(OsString),
     /// GPU code for other GPUs only: left out.
     OtherGpus,
     /// An error (said with the file): copied as it is, so that the tree
@@ -125,6 +130,10 @@ fn files(
                 s.slimmed += 1;
                 done.insert(key, e.to.clone());
             }
+            Some(Fate::SlimmedAs(name)) => {
+                s.slimmed += 1;
+                done.insert(key, e.to.with_file_name(name));
+            }
             Some(Fate::OtherGpus) => s.left_out.push((e.from.clone(), FOR_OTHER_GPUS)),
             Some(Fate::Failed) => {
                 s.as_is.push((e.from.clone(), FAILED));
@@ -181,6 +190,7 @@ fn further_name(
     let made = match (dry_run, how, fates.get(&key)) {
         (true, _, _) => Ok(()),
         (false, How::Link, None | Some(Fate::Failed)) => copy_file(&e.from, &e.to, how).map(|_| ()),
+        (false, _, Some(Fate::SlimmedAs(name))) => link_name(first, &e.to.with_file_name(name)),
         (false, _, _) => link_name(first, &e.to),
     };
     match made {
@@ -203,6 +213,13 @@ fn link(
         return s
             .left_out
             .push((e.from.clone(), "a symbolic link to a file for other GPUs"));
+    }
+    if let Some(Fate::SlimmedAs(name)) = names.and_then(|k| fates.get(&k)) {
+        s.notes.push(format!(
+            "{}: made as it was, with the old name of the wheel it names, now {}",
+            e.to.display(),
+            name.to_string_lossy()
+        ));
     }
     // A link to a file that failed is made all the same: the file is
     // copied as it is.

@@ -260,6 +260,9 @@ fn wheel(s: &mut String, w: &WheelReport) {
         w.before,
         w.after
     );
+    for n in &w.notes {
+        let _ = writeln!(s, "  {n}");
+    }
 }
 
 /// A file for other GPUs: what became of it, and what each device says of
@@ -399,6 +402,7 @@ pub fn json(run: &Run<'_>) -> String {
             "before": w.before,
             "after": w.after,
             "error": w.error,
+            "notes": w.notes,
             "files": w.files.iter().map(|f| &f.path).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "images": run.images.iter().map(|i| json!({
