@@ -364,6 +364,94 @@ fn info_numbers_devices_as_libomptarget_does() {
     assert!(!err.contains("no binary for GPU"), "{err}");
 }
 
+/// Numbers across libraries, as libomptarget gives them. Agents gfx1030
+/// and gfx90a. The program links a library registering images for gfx1030
+/// and gfx90a (constructors of a dependency run first: it registers first,
+/// and libomptarget makes the gfx1030 device 0 and the gfx90a device 1);
+/// the program's own descriptor has gfx90a only. INFO gives the program's
+/// gfx90a the number 1 that libomptarget gave it (alone, it would be 0),
+/// and warns that device 0 fails for the program's images. Both proven on
+/// libomptarget: device 1 is allocated on and the double loads the gfx90a
+/// code object there; a run using device 0 fails with libomptarget's own
+/// "No image loaded for device id 0".
+#[test]
+fn info_numbers_devices_across_libraries_as_libomptarget_does() {
+    let Some(e) = loader() else { return };
+    let Some(_) = libomptarget() else { return };
+    let dir = scratch("omp-numbering-two");
+    let ours = code_objects(&e, &dir, &["gfx90a", "gfx90a", "gfx90a", "gfx90a"]);
+    // The library's images, under other names.
+    let lib_dir = dir.join("lib");
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    let theirs = code_objects(&e, &lib_dir, &["gfx1030", "gfx90a", "gfx90a", "gfx90a"]);
+    run_ok(
+        Command::new(&e.tc.clang)
+            .current_dir(&lib_dir)
+            .args(["-DUSE_DEVICES", "-DNO_MAIN", "-shared", "-fPIC"])
+            .arg(program("omp_descriptor.c"))
+            .args(&theirs)
+            .args(["-L/usr/lib/llvm-22/lib", "-lomptarget", "-o", "libtwo.so"]),
+    );
+    let mut cmd = Command::new(&e.tc.clang);
+    cmd.current_dir(&dir)
+        .arg("-DUSE_DEVICES")
+        .arg(program("omp_descriptor.c"))
+        .args(&ours)
+        .arg(format!("-L{}", e.build_dir.display()))
+        .arg("-loffload_loader")
+        .arg(format!("-Wl,-rpath,{}", e.build_dir.display()))
+        .arg(format!("-L{}", lib_dir.display()))
+        .arg("-ltwo")
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .args(["-L/usr/lib/llvm-22/lib", "-lomptarget"])
+        .args(["-Wl,-rpath,/usr/lib/llvm-22/lib", "-o", "two"]);
+    run_ok(&mut cmd);
+    let hsa = hsa_double_dir(&e, &dir);
+    let saved = dir.join("loaded");
+    std::fs::create_dir_all(&saved).unwrap();
+    let run = |device: &str| {
+        e.fake_driver(
+            &dir.join("two"),
+            "gfx1030;gfx90a:sramecc+:xnack-",
+            &dir.join("log"),
+        )
+        .env("LD_LIBRARY_PATH", &hsa)
+        .env("FAKE_HSA_SAVE_DIR", &saved)
+        .env("OMP_USE_DEVICE", device)
+        .output()
+        .unwrap()
+    };
+    let out = run("1");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "registered\ndevice 1: allocated\n",
+        "{err}"
+    );
+    assert!(out.status.success(), "{err}");
+    assert!(saved.join("gfx90a:sramecc+:xnack-.co").exists(), "{err}");
+    let program = dir.join("two").display().to_string();
+    let said = |needle: &str| {
+        err.lines()
+            .any(|l| l.contains(&program) && l.contains(needle))
+    };
+    assert!(
+        said("OpenMP device 1 (gfx90a:sramecc+:xnack-) loads [0] openmp-amdgcn-amd-amdhsa--gfx90a"),
+        "{err}"
+    );
+    assert!(
+        said("no binary for GPU: OpenMP device 0 (gfx1030) has no compatible image in")
+            && said("(\"No image loaded for device id 0\")"),
+        "{err}"
+    );
+    assert!(err.contains("OpenMP device 0 (gfx1030) loads [0]"), "{err}");
+    // libomptarget itself: device 0 cannot start with the program's images.
+    let out = run("0");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("No image loaded for device id 0"), "{err}");
+}
+
 /// `tests/programs/omp_descriptor.c` with `-DUSE_DEVICES` and the code
 /// objects `images` ([`code_objects`]), linked as `name` in `dir` with LLVM
 /// 22's libomptarget, and this library first when `loader`.

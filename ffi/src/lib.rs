@@ -48,6 +48,7 @@ mod loader_lock;
 mod lock;
 mod objects;
 mod omp;
+mod omp_numbers;
 mod process;
 mod query;
 mod registry;

@@ -700,7 +700,7 @@ fn report(
                 None => not_found(
                     &mut out,
                     (id, runtime, origin, images),
-                    device,
+                    (device, numbers[d]),
                     selection,
                     &named,
                     info,
@@ -711,17 +711,27 @@ fn report(
     out
 }
 
-/// What to say of `device` when `selection` found no image of the library
-/// (`id`, `runtime`, `origin`, `images`) for it, see [`report`].
+/// What to say of `device` (with its number in the runtime's terms, if it
+/// has one) when `selection` found no image of the library (`id`,
+/// `runtime`, `origin`, `images`) for it, see [`report`].
 fn not_found(
     out: &mut Vec<Message>,
     (id, runtime, origin, images): (usize, Runtime, &str, &[Image]),
-    device: &Device,
+    (device, number): (&Device, Option<usize>),
     selection: &Selection,
     named: &str,
     info: bool,
 ) {
     let vendor = device.target.vendor();
+    // A device libomptarget numbered (for this library's images or
+    // another's) that this library has no image for: starting it fails.
+    if let (Runtime::OpenMp, Some(n)) = (runtime, number) {
+        return out.push(Message::Warning(format!(
+            "no binary for GPU: {named} has no compatible image in {origin}; {}; {}",
+            vendor_terms::numbered_without_image(n),
+            reasons(images, selection)
+        )));
+    }
     if !images.iter().any(|i| i.triple.gpu_vendor() == Some(vendor)) {
         if info {
             out.push(Message::Info(format!(

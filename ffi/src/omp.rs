@@ -21,6 +21,7 @@ use offload_loader::Image;
 
 use crate::error::RegistrationError;
 use crate::library::{Images, Origin, Symbol, SymbolKind};
+use crate::omp_numbers;
 use crate::process;
 use crate::registry;
 use crate::slots::Runtime;
@@ -217,6 +218,10 @@ fn register(desc: u64) -> Result<Registered, RegistrationError> {
         images.push(image);
     }
     let order = offload_loader::first_fit_order(&images);
+    omp_numbers::registered(match &order {
+        Some(order) => order.iter().map(|&i| images[i].clone()).collect(),
+        None => images.clone(),
+    });
     let vendors = images
         .iter()
         .filter_map(|image: &Image| image.triple.gpu_vendor())

@@ -14,15 +14,18 @@
 //!   the descriptor it is handed, for each the plugins in their build order
 //!   (amdgpu, then cuda), for each plugin its devices in order. A device
 //!   compatible with no image gets no number: libomptarget skips it, and
-//!   the program's regions run elsewhere or on the host. Numbered here for
-//!   this library alone: a device an earlier library made an OpenMP device
-//!   keeps the number it got there, which this does not know.
+//!   the program's regions run elsewhere or on the host. The numbers are
+//!   the process's, given by every OpenMP library registered so far
+//!   ([`crate::omp_numbers`]). A numbered device this library has no image
+//!   for fails at its first use, whichever library uses it: libomptarget
+//!   loads every registered library's image on a device when it starts it
+//!   (LLVM 22 `omptarget.cpp` `initLibrary`: "No image loaded for device
+//!   id N").
 
 use offload_detect::Device;
-use offload_loader::select::check;
-use offload_loader::target::Vendor;
-use offload_loader::{first_fit_order, Image, Policy};
+use offload_loader::{first_fit_order, Image};
 
+use crate::omp_numbers;
 use crate::slots::Runtime;
 
 /// `runtime`'s number for each of `devices`, for a library of `images`;
@@ -50,29 +53,19 @@ pub(crate) fn numbers(
     }
 }
 
-/// libomptarget's numbering (see the module docs), over the descriptor's
-/// images in the order this library hands them on.
+/// libomptarget's numbering (see the module docs): the numbers every
+/// OpenMP library registered so far gave ([`omp_numbers`]); where those
+/// cannot be known, this library's alone, over its images in the order it
+/// hands them on.
 fn libomptarget_numbers(images: &[Image], devices: &[Device]) -> Vec<Option<usize>> {
-    let order = first_fit_order(images).unwrap_or_else(|| (0..images.len()).collect());
-    let policy = Policy {
-        offload_kind: Some(Runtime::OpenMp.offload_kind()),
-    };
-    let mut numbers = vec![None; devices.len()];
-    let mut next = 0;
-    for image in order.iter().map(|&i| &images[i]) {
-        for vendor in [Vendor::Amd, Vendor::Nvidia] {
-            for (d, device) in devices.iter().enumerate() {
-                if device.target.vendor() == vendor
-                    && numbers[d].is_none()
-                    && check(&device.target, image, &policy).is_ok()
-                {
-                    numbers[d] = Some(next);
-                    next += 1;
-                }
-            }
-        }
+    if let Some(numbers) = omp_numbers::numbers(devices) {
+        return numbers;
     }
-    numbers
+    let order = first_fit_order(images).unwrap_or_else(|| (0..images.len()).collect());
+    let handed: Vec<Image> = order.iter().map(|&i| images[i].clone()).collect();
+    let mut numbered: Vec<_> = devices.iter().map(|d| (d.target, None)).collect();
+    omp_numbers::number(&handed, &mut numbered, &mut 0);
+    numbered.into_iter().map(|(_, n)| n).collect()
 }
 
 /// How `runtime` names device `number` (its own number, if it has one) of
@@ -96,4 +89,16 @@ pub(crate) fn consequence(runtime: Runtime) -> &'static str {
         Runtime::Cuda => "cudaErrorNoKernelImageForDevice at a launch there",
         Runtime::OpenMp => "libomptarget skips this device",
     }
+}
+
+/// What libomptarget does with OpenMP device `n`, numbered, when a library
+/// with target regions has no image for it (LLVM 22 `omptarget.cpp`
+/// `initLibrary`, run when a device is first used and again after each
+/// registration: every registered descriptor with host entries must have an
+/// image for it).
+pub(crate) fn numbered_without_image(n: usize) -> String {
+    format!(
+        "libomptarget fails every use of OpenMP device {n} while this library's target regions \
+         are registered (\"No image loaded for device id {n}\"), whichever library's region runs there"
+    )
 }

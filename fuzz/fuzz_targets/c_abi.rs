@@ -42,6 +42,8 @@ mod lock;
 mod objects;
 #[path = "../../ffi/src/omp.rs"]
 mod omp;
+#[path = "../../ffi/src/omp_numbers.rs"]
+mod omp_numbers;
 #[path = "../../ffi/src/process.rs"]
 mod process;
 #[path = "../../ffi/src/query.rs"]

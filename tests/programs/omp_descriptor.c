@@ -6,7 +6,9 @@
  * With -DUSE_DEVICES the table has one entry (kernel `k`, which each image
  * defines: libomptarget loads no image for a descriptor without entries)
  * and main asks libomptarget for 4 bytes on each device, which loads the
- * image it gave that device.
+ * image it gave that device (only device OMP_USE_DEVICE, where it is set).
+ * With -DNO_MAIN it is a library (-shared -fPIC) registering its own
+ * descriptor: a second OpenMP library of a program built from this file.
  * Layout: LLVM offload/include/omptarget.h (__tgt_device_image,
  * __tgt_bin_desc) and llvm/Frontend/Offloading/Utility.h (EntryTy, LLVM
  * 20+: version 1, kind 1 = OpenMP). */
@@ -64,10 +66,14 @@ __attribute__((constructor)) static void reg(void) {
   atexit(unregister);
 }
 
+#ifndef NO_MAIN
 int main(void) {
   printf("registered\n");
 #ifdef USE_DEVICES
+  const char *only = getenv("OMP_USE_DEVICE");
   for (int d = 0; d < omp_get_num_devices(); ++d) {
+    if (only && atoi(only) != d)
+      continue;
     void *p = omp_target_alloc(4, d);
     printf("device %d: %s\n", d, p ? "allocated" : "no memory");
     omp_target_free(p, d);
@@ -75,3 +81,4 @@ int main(void) {
 #endif
   return 0;
 }
+#endif
