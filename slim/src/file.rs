@@ -235,7 +235,7 @@ fn attempt(
     let data = file.bytes();
     report.before = data.len() as u64;
     report.after = report.before;
-    let sections = match file.containers(&options.limits) {
+    let sections = match file.containers_in_parallel(&options.limits) {
         Ok(s) => s,
         Err(e) => {
             report.error = Some(e.to_string());
@@ -299,7 +299,7 @@ fn attempt(
     // Each pass compacts at least one section, or is the last.
     let output = 'passes: {
         for _ in 0..sections.len() {
-            let now = match current.map.containers(&options.limits) {
+            let now = match current.map.containers_in_parallel(&options.limits) {
                 Ok(s) => s,
                 Err(e) => {
                     report.error = Some(format!("reading a pass's result back: {e}"));
@@ -1063,7 +1063,7 @@ fn verify(
         return Err("the result's size is not the one written".into());
     }
     let new_sections = written
-        .containers(&options.limits)
+        .containers_in_parallel(&options.limits)
         .map_err(|e| format!("reading the result back: {e}"))?;
     same_kept(
         expected.sections,

@@ -112,10 +112,52 @@ impl MappedFile {
     /// Every container of every container section, with offsets relative to the
     /// file. A broken container is reported in place; the others are still listed.
     pub fn containers(&self, limits: &Limits) -> Result<Vec<SectionContainers<'_>>, FileError> {
-        containers_around(self.bytes(), &self.holes, limits).map_err(|kind| FileError {
-            path: self.path.clone(),
-            kind,
+        containers_around(self.bytes(), &self.holes, limits, Each::InTurn).map_err(|kind| {
+            FileError {
+                path: self.path.clone(),
+                kind,
+            }
         })
+    }
+
+    /// [`MappedFile::containers`], the same list, its sections scanned on
+    /// every core (rayon's pool): for a caller that reads a whole large
+    /// file.
+    #[cfg(feature = "parallel")]
+    pub fn containers_in_parallel(
+        &self,
+        limits: &Limits,
+    ) -> Result<Vec<SectionContainers<'_>>, FileError> {
+        containers_around(self.bytes(), &self.holes, limits, Each::InParallel).map_err(|kind| {
+            FileError {
+                path: self.path.clone(),
+                kind,
+            }
+        })
+    }
+}
+
+/// How the sections of a file are scanned.
+#[derive(Clone, Copy)]
+enum Each {
+    /// One after the other, on the caller's thread.
+    InTurn,
+    /// On every core.
+    #[cfg(feature = "parallel")]
+    InParallel,
+}
+
+impl Each {
+    /// `f` of each of `items`, in order.
+    fn map<T: Send, U: Send>(self, items: Vec<T>, f: impl Fn(T) -> U + Sync + Send) -> Vec<U> {
+        match self {
+            Each::InTurn => items.into_iter().map(f).collect(),
+            #[cfg(feature = "parallel")]
+            Each::InParallel => {
+                use rayon::prelude::*;
+                items.into_par_iter().map(f).collect()
+            }
+        }
     }
 }
 
@@ -125,7 +167,7 @@ pub fn containers<'a>(
     data: &'a [u8],
     limits: &Limits,
 ) -> Result<Vec<SectionContainers<'a>>, FileErrorKind> {
-    containers_around(data, &Holes::default(), limits)
+    containers_around(data, &Holes::default(), limits, Each::InTurn)
 }
 
 /// [`containers`], the container sections' scans passing over `holes`.
@@ -133,6 +175,7 @@ fn containers_around<'a>(
     data: &'a [u8],
     holes: &Holes,
     limits: &Limits,
+    each: Each,
 ) -> Result<Vec<SectionContainers<'a>>, FileErrorKind> {
     let sections = offload_sections(data)?;
     let object_bundles = object_bundles(data, &sections, limits);
@@ -165,52 +208,82 @@ fn containers_around<'a>(
             containers: vec![found],
         }
     });
-    let embedded = embedded_sections(data).into_iter().filter_map(|section| {
-        let start = section.file_offset as usize;
-        let bytes = &data[start..start + section.size as usize];
-        let found = super::embedded::find(bytes, limits);
-        (!found.is_empty()).then(|| SectionContainers {
-            containers: found
-                .into_iter()
-                .map(|mut c| {
-                    c.rebase(section.file_offset);
-                    Ok(c)
-                })
-                .collect(),
-            section,
-        })
-    });
-    Ok(sections
+    // Every section's scan is one piece of work: the container sections'
+    // and those searched among other bytes alike, then put back in order.
+    let scans: Vec<(bool, OffloadSection)> = sections
         .into_iter()
         .filter(|s| matches!(s.role, SectionRole::Containers | SectionRole::Image))
-        .map(|section| {
-            let start = section.file_offset as usize;
-            let bytes = &data[start..start + section.size as usize];
-            let containers = if section.role == SectionRole::Image {
-                vec![Container::from_image(bytes, limits)]
-            } else {
-                let holes = holes.within(section.file_offset, section.size);
-                container::scan_around(bytes, &holes, limits)
-            };
-            let containers = containers
-                .into_iter()
-                .map(|c| {
-                    c.map(|mut c| {
-                        c.rebase(section.file_offset);
-                        c
-                    })
-                    .map_err(|e| e.at(section.file_offset))
-                })
-                .collect();
-            SectionContainers {
-                section,
-                containers,
-            }
-        })
+        .map(|s| (false, s))
+        .chain(embedded_sections(data).into_iter().map(|s| (true, s)))
+        .collect();
+    let scanned = each.map(scans, |(embedded, section)| {
+        let found = if embedded {
+            embedded_scan(data, section, limits)
+        } else {
+            Some(section_scan(data, section, holes, limits))
+        };
+        (embedded, found)
+    });
+    let (embedded, sections): (Vec<_>, Vec<_>) = scanned.into_iter().partition(|(e, _)| *e);
+    Ok(sections
+        .into_iter()
+        .filter_map(|(_, s)| s)
         .chain(object_bundles)
         .chain(descriptor)
-        .chain(embedded)
+        .chain(embedded.into_iter().filter_map(|(_, s)| s))
         .collect())
+}
+
+/// The containers of a container section (or the image a section is).
+fn section_scan<'a>(
+    data: &'a [u8],
+    section: OffloadSection,
+    holes: &Holes,
+    limits: &Limits,
+) -> SectionContainers<'a> {
+    let start = section.file_offset as usize;
+    let bytes = &data[start..start + section.size as usize];
+    let containers = if section.role == SectionRole::Image {
+        vec![Container::from_image(bytes, limits)]
+    } else {
+        let holes = holes.within(section.file_offset, section.size);
+        container::scan_around(bytes, &holes, limits)
+    };
+    let containers = containers
+        .into_iter()
+        .map(|c| {
+            c.map(|mut c| {
+                c.rebase(section.file_offset);
+                c
+            })
+            .map_err(|e| e.at(section.file_offset))
+        })
+        .collect();
+    SectionContainers {
+        section,
+        containers,
+    }
+}
+
+/// The containers found among the other bytes of a section, if any.
+fn embedded_scan<'a>(
+    data: &'a [u8],
+    section: OffloadSection,
+    limits: &Limits,
+) -> Option<SectionContainers<'a>> {
+    let start = section.file_offset as usize;
+    let bytes = &data[start..start + section.size as usize];
+    let found = super::embedded::find(bytes, limits);
+    (!found.is_empty()).then(|| SectionContainers {
+        containers: found
+            .into_iter()
+            .map(|mut c| {
+                c.rebase(section.file_offset);
+                Ok(c)
+            })
+            .collect(),
+        section,
+    })
 }
 
 /// The sections of `data` (a whole file) searched for containers among other
@@ -551,6 +624,28 @@ mod tests {
         let data =
             include_bytes!("../../../fuzz/regressions/discover_file/panic-section-offset-overflow");
         assert!(offload_sections(data).is_err());
+    }
+
+    /// The sections scanned on every core give the list scanned in turn,
+    /// in its order, on every file of the discovery corpus (container
+    /// sections, data with embedded fat binaries, archives, objects).
+    #[cfg(feature = "parallel")]
+    #[test]
+    fn a_parallel_scan_lists_what_a_scan_in_turn_does() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/discover_file");
+        let mut files = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let data = std::fs::read(entry.unwrap().path()).unwrap();
+            let scan = |each| {
+                containers_around(&data, &Holes::default(), &Limits::default(), each)
+                    .map(|list| format!("{list:?}"))
+                    .map_err(|e| format!("{e:?}"))
+            };
+            let in_turn = scan(Each::InTurn);
+            assert_eq!(in_turn, scan(Each::InParallel));
+            files += usize::from(in_turn.is_ok_and(|l| l.contains("containers")));
+        }
+        assert!(files >= 8, "{files}");
     }
 
     #[test]
