@@ -229,8 +229,7 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         };
         let mut fates = fates(&jobs, &reports, args.dry_run);
         fates.append(&mut wheel_fates);
-        let dir = args.output.as_deref().unwrap_or(Path::new("."));
-        let summary = complete::complete(&tree, dir, &fates, how, args.dry_run);
+        let summary = complete::complete(&tree, &fates, how, args.dry_run);
         errors.extend(summary.errors.iter().cloned());
         summary
     });

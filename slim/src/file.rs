@@ -35,9 +35,7 @@ use offload_loader::{
 
 use crate::{ContainerReport, Layout, Outcome};
 
-pub use copy::{
-    copy_file, keep_directory, link_name, symlink_name, sync_tree, Copied, CopyError, How,
-};
+pub use copy::{copy_file, keep_directory, link_name, symlink_name, Copied, CopyError, How};
 pub use guard::GuardError;
 use guard::Registration;
 use input::Input;
@@ -1005,13 +1003,16 @@ fn write_verified(
     let notes = attributes
         .apply(temp.file(), strictness)
         .map_err(|e| e.to_string())?;
-    // The bytes go to the disk while they are read back: `fsync` waits on
-    // the device, the verification on the processors. Both end before the
-    // rename.
+    // In place, the result replaces the original: its bytes reach the disk
+    // before the rename (a crash leaves the original or the result, never a
+    // file half written), while they are read back: `fsync` waits on the
+    // device, the verification on the processors. Into --output, a new
+    // file is written as `cp` writes one: the kernel writes it back.
+    let durable = matches!(destination, Destination::InPlace { .. });
     let written = temp.path();
     let file: &fs::File = temp.file();
     let (synced, verified) = std::thread::scope(|s| {
-        let synced = s.spawn(|| file.sync_all());
+        let synced = durable.then(|| s.spawn(|| file.sync_all()));
         let verified = verify(
             &written,
             source.input.map().bytes(),
@@ -1019,9 +1020,11 @@ fn write_verified(
             expected,
             options,
         );
-        let synced = synced
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the fsync thread failed")));
+        let synced = synced.map_or(Ok(()), |synced| {
+            synced
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the fsync thread failed")))
+        });
         (synced, verified)
     });
     synced.map_err(io)?;
@@ -1032,9 +1035,11 @@ fn write_verified(
         .map_err(|e| e.to_string())?;
     verified.map_err(Failure::Refused)?;
     temp.publish(target).map_err(|e| e.to_string())?;
-    // The rename itself reaches the disk before we say it is done.
-    if let Ok(d) = fs::File::open(&dir) {
-        let _ = d.sync_all();
+    // In place, the rename itself reaches the disk before we say it is done.
+    if durable {
+        if let Ok(d) = fs::File::open(&dir) {
+            let _ = d.sync_all();
+        }
     }
     if let Destination::InPlace { also, .. } = destination {
         for other in also {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use offload_slim::{copy_file, keep_directory, link_name, symlink_name, sync_tree, Copied, How};
+use offload_slim::{copy_file, keep_directory, link_name, symlink_name, Copied, How};
 use rayon::prelude::*;
 
 use super::tree::{Entry, Key, Kind, Tree};
@@ -64,16 +64,10 @@ pub struct Summary {
     pub errors: Vec<String>,
 }
 
-/// Makes `tree` whole at `dir` around the results `fates` says (by file),
-/// the files left as they are put there as `how` says; with `dry_run`,
-/// only counts.
-pub fn complete(
-    tree: &Tree,
-    dir: &Path,
-    fates: &BTreeMap<Key, Fate>,
-    how: How,
-    dry_run: bool,
-) -> Summary {
+/// Makes `tree` whole around the results `fates` says (by file), the files
+/// left as they are put there as `how` says; with `dry_run`, only counts.
+/// Written as `cp -r` writes: the kernel writes the files back.
+pub fn complete(tree: &Tree, fates: &BTreeMap<Key, Fate>, how: How, dry_run: bool) -> Summary {
     let mut s = Summary::default();
     let write = !dry_run;
     for e in tree.entries.iter().filter(|e| e.kind == Kind::Dir) {
@@ -102,7 +96,6 @@ pub fn complete(
                 Err(err) => s.errors.push(err.to_string()),
             }
         }
-        sync_tree(dir);
     }
     s
 }

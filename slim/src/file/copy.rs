@@ -161,17 +161,6 @@ pub fn keep_directory(from: &Path, to: &Path) -> Result<Vec<String>, CopyError> 
     Ok(notes)
 }
 
-/// Writes out the file system `dir` is on (`syncfs`): once for a whole
-/// tree of copies, rather than each on its own.
-pub fn sync_tree(dir: &Path) {
-    if let Ok(d) = File::open(dir) {
-        // SAFETY: syncfs on an open descriptor.
-        unsafe {
-            libc::syncfs(d.as_raw_fd());
-        }
-    }
-}
-
 /// `to` made a copy of `from` (open as `source`): its blocks shared where
 /// the file system can, else its bytes copied with its holes; checked
 /// unchanged, given what `from` was, then renamed into place.
