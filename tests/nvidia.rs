@@ -668,6 +668,63 @@ fn ptx_compiles_for_a_gpu_where_the_rule_says_it_jits() {
 /// has an image for either any more), with the original's module count,
 /// and says which modules were emptied; slim itself exits 1, as the probe
 /// on the original does for that device.
+/// Where selection takes an arch- or family-specific cubin, slim keeps the
+/// cubins of the same capability the driver may take instead (which one it
+/// takes is not documented): slimmed for sm_90, an object of sm_80, sm_90,
+/// sm_90a and compute_90 PTX keeps, by `cuobjdump`, both sm_90 cubins and
+/// nothing else; for sm_100 one of sm_100f and sm_100a keeps both, and for
+/// sm_103 the sm_100f its family runs.
+#[test]
+fn cubins_the_driver_may_take_instead_are_kept() {
+    let Some(cuda) = support::cuda() else { return };
+    let Some(probe) = support::built("offload-probe") else {
+        return;
+    };
+    let dir = support::temp_dir();
+    for (codes, device, kept) in [
+        (
+            &[
+                ("compute_80", "sm_80"),
+                ("compute_90", "sm_90"),
+                ("compute_90a", "sm_90a"),
+                ("compute_90", "compute_90"),
+            ][..],
+            "sm_90",
+            &["elf sm_90", "elf sm_90a"][..],
+        ),
+        // nvcc makes no sm_100 cubin beside an sm_100f one (the same code).
+        (
+            &[("compute_100f", "sm_100f"), ("compute_100a", "sm_100a")][..],
+            "sm_100",
+            &["elf sm_100f", "elf sm_100a"][..],
+        ),
+        (
+            &[("compute_100f", "sm_100f"), ("compute_100a", "sm_100a")][..],
+            "sm_103",
+            &["elf sm_100f"][..],
+        ),
+    ] {
+        let args = gencode(codes);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let obj = cuda.nvcc(&args, NvOutput::Object);
+        let out = dir.join(device);
+        let o = Command::new(&probe)
+            .args(["slim", "--device", device, "--output"])
+            .arg(&out)
+            .arg(&obj)
+            .env_remove("OFFLOAD_LOADER_DEVICES")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        let slimmed = out.join(obj.file_name().unwrap());
+        let mut listed = archs(&same_as_cuobjdump(&cuda, &slimmed));
+        listed.sort();
+        let mut kept = kept.to_vec();
+        kept.sort();
+        assert_eq!(listed, kept, "{device}");
+    }
+}
+
 #[test]
 fn emptied_modules_still_count() {
     let Some(cuda) = support::cuda() else { return };

@@ -608,6 +608,33 @@ impl Plan {
 
 /// What each device selects in `sections` (`offload_loader::select`), and
 /// so which images stay.
+/// The other images of one module that NVIDIA's driver may load on the
+/// device instead of the one `selection` chose: where it chose an arch- or
+/// family-specific cubin (`sm_90a`, `sm_100f`), the cubins of the same
+/// capability with a less specific variant (`sm_90`). Which of them the
+/// driver takes is not documented, and not verified here on a GPU: the safe
+/// side keeps them all (CUDA's compatibility rules allow each).
+fn driver_may_take(selection: &offload_loader::Selection) -> Vec<usize> {
+    let Some(fit) = selection
+        .chosen
+        .and_then(|c| selection.compatible.iter().find(|(i, _)| *i == c))
+        .map(|&(_, fit)| fit)
+    else {
+        return Vec::new();
+    };
+    if !fit.native || fit.variant == 0 {
+        return Vec::new();
+    }
+    selection
+        .compatible
+        .iter()
+        .filter(|(_, other)| {
+            other.native && other.capability == fit.capability && other.variant < fit.variant
+        })
+        .map(|&(i, _)| i)
+        .collect()
+}
+
 fn choose(data: &[u8], sections: &[SectionContainers<'_>], options: &Options) -> Plan {
     let stubs = link_stubs(data);
     let mut keep = BTreeSet::new();
@@ -644,6 +671,11 @@ fn choose(data: &[u8], sections: &[SectionContainers<'_>], options: &Options) ->
                     }
                 }
                 has[d].push(selection.chosen.is_some());
+                for i in driver_may_take(&selection) {
+                    if let Some((c, j)) = scope.locate(i) {
+                        keep.insert((c.offset(), j));
+                    }
+                }
                 if options.keep_portable {
                     for &(i, fit) in &selection.compatible {
                         if !fit.native {
