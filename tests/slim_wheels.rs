@@ -53,6 +53,34 @@ fn curand_wheel() -> Option<PathBuf> {
     found
 }
 
+/// `offload-probe slim --device sm_90 --local-version sm90 --json --output
+/// out input`, which must exit 0: its report.
+fn slim_labelled(probe: &Path, out: &Path, input: &Path) -> serde_json::Value {
+    let o = Command::new(probe)
+        .args([
+            "slim",
+            "--device",
+            "sm_90",
+            "--local-version",
+            "sm90",
+            "--json",
+            "--output",
+        ])
+        .arg(out)
+        .arg(input)
+        .env_remove("OFFLOAD_LOADER_DEVICES")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_str(&text).unwrap()
+}
+
 fn python_out(python: &Path, script: &str, args: &[&Path]) -> String {
     let out = run_ok(Command::new(python).arg("-c").arg(script).args(args));
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -80,30 +108,7 @@ fn a_slimmed_wheel_installs_and_its_record_holds() {
         return;
     };
     let dir = temp_dir();
-    let out = dir.join("out");
-    let o = Command::new(&probe)
-        .args([
-            "slim",
-            "--device",
-            "sm_90",
-            "--local-version",
-            "sm90",
-            "--json",
-            "--output",
-        ])
-        .arg(&out)
-        .arg(&whl)
-        .env_remove("OFFLOAD_LOADER_DEVICES")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{text}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let report = slim_labelled(&probe, &dir.join("out"), &whl);
     let written = PathBuf::from(report["wheels"][0]["output"].as_str().unwrap());
     let name = whl.file_name().unwrap().to_str().unwrap();
     assert_eq!(
@@ -198,30 +203,8 @@ fn a_wheelhouse_is_slimmed_wheel_by_wheel(probe: &Path, whl: &Path, named: &Path
     .unwrap();
     std::fs::write(house.join("dist/index.html"), b"<a href=x.whl>x</a>\n").unwrap();
     let out = dir.join("house-out");
-    let o = Command::new(probe)
-        .args([
-            "slim",
-            "--device",
-            "sm_90",
-            "--local-version",
-            "sm90",
-            "--json",
-            "--output",
-        ])
-        .arg(&out)
-        .arg(&house)
-        .env_remove("OFFLOAD_LOADER_DEVICES")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{text}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(report["wheels"].as_array().unwrap().len(), 1, "{text}");
+    let report = slim_labelled(probe, &out, &house);
+    assert_eq!(report["wheels"].as_array().unwrap().len(), 1, "{report}");
     let labelled = named.file_name().unwrap();
     let slimmed = out.join("dist").join(labelled);
     assert!(
