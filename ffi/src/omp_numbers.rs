@@ -16,9 +16,12 @@
 //! order. A descriptor registered again (a `dlopen`/`dlclose` cycle) with the
 //! images of one kept or folded before numbers nothing new, and is not kept
 //! again; at most [`MAX_PENDING`] distinct image lists are kept, past which
-//! the numbers are not known (and each library is numbered alone).
+//! the numbers are not known (and each library is numbered alone). Its lock
+//! is only tried, for a while: in a child forked while another thread held
+//! it, the numbers are not known either, and nothing waits for ever.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use offload_detect::Device;
 use offload_loader::select::check;
@@ -53,10 +56,35 @@ static NUMBERING: Mutex<Numbering> = Mutex::new(Numbering {
     next: 0,
 });
 
+/// Set where a registration could not be recorded: the numbers cannot be
+/// known.
+static LOST: AtomicBool = AtomicBool::new(false);
+
+/// The state, or `None` where its lock stays taken: in a child forked
+/// while another thread held it (a thread the child does not have), where
+/// waiting would never end. The lock is held for a few microseconds of
+/// pure work, so a free one is taken at once.
+fn state() -> Option<MutexGuard<'static, Numbering>> {
+    for tries in 0..1000u32 {
+        match NUMBERING.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) if tries < 100 => std::thread::yield_now(),
+            Err(TryLockError::WouldBlock) => {
+                std::thread::sleep(std::time::Duration::from_micros(20))
+            }
+        }
+    }
+    None
+}
+
 /// A descriptor registered with libomptarget, its images in the order it is
 /// handed them.
 pub(crate) fn registered(images: Vec<Image>) {
-    let mut n = NUMBERING.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(mut n) = state() else {
+        LOST.store(true, Ordering::Relaxed);
+        return;
+    };
     if n.pending.contains(&images) || n.folded.contains(&images) {
         return;
     }
@@ -74,11 +102,11 @@ pub(crate) fn registered(images: Vec<Image>) {
 
 /// libomptarget's number for each of `devices` now (`None`: none yet, it
 /// skips the device); `None` when it cannot be known (too many distinct
-/// descriptors before devices were known, or other devices than those
-/// numbered before).
+/// descriptors before devices were known, a registration not recorded, or
+/// other devices than those numbered before).
 pub(crate) fn numbers(devices: &[Device]) -> Option<Vec<Option<usize>>> {
-    let mut n = NUMBERING.lock().unwrap_or_else(PoisonError::into_inner);
-    if n.overflowed {
+    let mut n = state()?;
+    if n.overflowed || LOST.load(Ordering::Relaxed) {
         return None;
     }
     if n.devices.is_none() {
