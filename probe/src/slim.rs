@@ -51,9 +51,10 @@ struct Args {
     /// Files (ELF executables, shared objects, objects, archives, raw
     /// containers) and directories, walked. A wheel (`*.whl`) named here,
     /// or found in a directory with --output, is slimmed as a wheel into
-    /// --output: a new wheel whose RECORD has the new hashes. An image named as skopeo names it, `oci:DIR[:TAG]` (an
-    /// OCI image layout) or `docker-archive:FILE` (a `docker save`
-    /// archive), is slimmed as an image into the --output image.
+    /// --output: a new wheel whose RECORD has the new hashes. An image
+    /// named as skopeo names it, `oci:DIR[:TAG]` (an OCI image layout) or
+    /// `docker-archive:FILE` (a `docker save` archive), is slimmed as an
+    /// image into the --output image.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     /// Keep what this device loads (repeatable); without any, the GPUs detected here.
@@ -445,27 +446,32 @@ fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<WheelJob>, Vec<Strin
     // found in a directory.
     let mut seen: BTreeMap<Key, usize> = BTreeMap::new();
     let mut found: Vec<(PathBuf, Key, Vec<PathBuf>)> = Vec::new();
-    let mut wheels: Vec<(PathBuf, Key)> = Vec::new();
+    let firsts = tree.map(Tree::firsts);
+    // Each wheel once (the walk finds each file once; a wheel named on the
+    // command line is not walked), into the first place of a regular name.
+    let mut wheels = Vec::new();
     for (input, report) in walked.inputs {
-        match report {
-            Ok(Holds::Offload) => {}
-            Ok(Holds::Wheel) if tree.is_some() => {
-                if let Ok(m) = std::fs::metadata(&input.path) {
-                    let (path, _) = regular_first(input.path, input.also);
-                    wheels.push((path, (m.dev(), m.ino())));
-                }
-                continue;
-            }
+        let holds = match report {
+            Ok(Holds::Wheel) if firsts.is_some() => Holds::Wheel,
+            Ok(Holds::Offload) => Holds::Offload,
             Ok(Holds::Wheel | Holds::Nothing) => continue,
             Err(e) => {
                 errors.push(e);
                 continue;
             }
-        }
+        };
         let Ok(m) = std::fs::metadata(&input.path) else {
             continue;
         };
         let key = (m.dev(), m.ino());
+        if holds == Holds::Wheel {
+            let (path, _) = regular_first(input.path, input.also);
+            if let Some(to) = firsts.as_ref().and_then(|f| f.get(&key)) {
+                let to = to.to_path_buf();
+                wheels.push(WheelJob { path, key, to });
+            }
+            continue;
+        }
         match seen.get(&key) {
             Some(&at) => {
                 found[at].2.push(input.path);
@@ -477,7 +483,6 @@ fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<WheelJob>, Vec<Strin
             }
         }
     }
-    let firsts = tree.map(Tree::firsts);
     let jobs = found
         .into_iter()
         .map(|(path, key, also)| {
@@ -500,16 +505,6 @@ fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<WheelJob>, Vec<Strin
                 destination,
                 links,
             })
-        })
-        .collect();
-    // A wheel is slimmed once, into the first place of a regular name of it.
-    let mut placed = std::collections::BTreeSet::new();
-    let wheels = wheels
-        .into_iter()
-        .filter(|(_, key)| placed.insert(*key))
-        .filter_map(|(path, key)| {
-            let to = firsts.as_ref()?.get(&key)?.to_path_buf();
-            Some(WheelJob { path, key, to })
         })
         .collect();
     (jobs, wheels, errors)
