@@ -112,12 +112,7 @@ impl MappedFile {
     /// Every container of every container section, with offsets relative to the
     /// file. A broken container is reported in place; the others are still listed.
     pub fn containers(&self, limits: &Limits) -> Result<Vec<SectionContainers<'_>>, FileError> {
-        containers_around(self.bytes(), &self.holes, limits, Each::InTurn).map_err(|kind| {
-            FileError {
-                path: self.path.clone(),
-                kind,
-            }
-        })
+        self.scan(limits, Each::InTurn)
     }
 
     /// [`MappedFile::containers`], the same list, its sections scanned on
@@ -128,11 +123,14 @@ impl MappedFile {
         &self,
         limits: &Limits,
     ) -> Result<Vec<SectionContainers<'_>>, FileError> {
-        containers_around(self.bytes(), &self.holes, limits, Each::InParallel).map_err(|kind| {
-            FileError {
-                path: self.path.clone(),
-                kind,
-            }
+        self.scan(limits, Each::InParallel)
+    }
+
+    /// [`MappedFile::containers`], its sections scanned as `each` says.
+    fn scan(&self, limits: &Limits, each: Each) -> Result<Vec<SectionContainers<'_>>, FileError> {
+        containers_around(self.bytes(), &self.holes, limits, each).map_err(|kind| FileError {
+            path: self.path.clone(),
+            kind,
         })
     }
 }
