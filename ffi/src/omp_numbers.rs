@@ -134,8 +134,8 @@ impl Numbering {
 
 /// Gives each of `devices` without a number that an image of `images` (in
 /// order) is compatible with the next number, as libomptarget does.
-pub(crate) fn number(
-    images: &[Image],
+pub(crate) fn number<'i>(
+    images: impl IntoIterator<Item = &'i Image>,
     devices: &mut [(DeviceTarget, Option<usize>)],
     next: &mut usize,
 ) {

@@ -62,9 +62,8 @@ fn libomptarget_numbers(images: &[Image], devices: &[Device]) -> Vec<Option<usiz
         return numbers;
     }
     let order = first_fit_order(images).unwrap_or_else(|| (0..images.len()).collect());
-    let handed: Vec<Image> = order.iter().map(|&i| images[i].clone()).collect();
     let mut numbered: Vec<_> = devices.iter().map(|d| (d.target, None)).collect();
-    omp_numbers::number(&handed, &mut numbered, &mut 0);
+    omp_numbers::number(order.iter().map(|&i| &images[i]), &mut numbered, &mut 0);
     numbered.into_iter().map(|(_, n)| n).collect()
 }
 
