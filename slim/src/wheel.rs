@@ -105,8 +105,10 @@ fn run(
             target.display()
         )));
     }
-    let mut zip = ZipArchive::new(BufReader::new(File::open(&path).map_err(|e| at(&e))?))
-        .map_err(|e| at(&e))?;
+    let file = File::open(&path).map_err(|e| at(&e))?;
+    // What the new wheel keeps of the file it is made from.
+    let attributes = Attributes::of(&file).map_err(|e| at(&e))?;
+    let mut zip = ZipArchive::new(BufReader::new(file)).map_err(|e| at(&e))?;
     // A dry run writes nothing to `out`: its scratch is the temporary
     // directory's.
     let scratch_in = if dry_run {
@@ -167,9 +169,6 @@ fn run(
         return Ok(());
     }
     let temp = out.join(format!(".{new_name}.{}.tmp", scratch.1));
-    let attributes = File::open(&path)
-        .map_err(|e| at(&e))
-        .and_then(|f| Attributes::of(&f).map_err(|e| at(&e)))?;
     let written = write(&mut zip, &name, &new_name, &changed, &temp).and_then(|file| {
         // The new wheel is the original's: its owner, mode and attributes.
         let notes = attributes
