@@ -239,21 +239,14 @@ fn run(exe: &Path) -> (Option<i32>, String) {
 
 /// `file` slimmed for gfx1100 into `out`: the JSON report.
 fn slim_json(file: &Path, out: &Path) -> serde_json::Value {
-    let o = Command::new(probe().unwrap())
-        .args(["slim", "--device", "gfx1100", "--json", "--output"])
-        .arg(out)
-        .arg(file)
-        .env_remove("OFFLOAD_LOADER_DEVICES")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}: {text}{}",
-        file.display(),
-        String::from_utf8_lossy(&o.stderr)
+    let o = run_ok(
+        Command::new(probe().unwrap())
+            .args(["slim", "--device", "gfx1100", "--json", "--output"])
+            .arg(out)
+            .arg(file)
+            .env_remove("OFFLOAD_LOADER_DEVICES"),
     );
+    let text = String::from_utf8_lossy(&o.stdout);
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 

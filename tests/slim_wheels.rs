@@ -56,29 +56,22 @@ fn curand_wheel() -> Option<PathBuf> {
 /// `offload-probe slim --device sm_90 --local-version sm90 --json --output
 /// out input`, which must exit 0: its report.
 fn slim_labelled(probe: &Path, out: &Path, input: &Path) -> serde_json::Value {
-    let o = Command::new(probe)
-        .args([
-            "slim",
-            "--device",
-            "sm_90",
-            "--local-version",
-            "sm90",
-            "--json",
-            "--output",
-        ])
-        .arg(out)
-        .arg(input)
-        .env_remove("OFFLOAD_LOADER_DEVICES")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{text}{}",
-        String::from_utf8_lossy(&o.stderr)
+    let o = run_ok(
+        Command::new(probe)
+            .args([
+                "slim",
+                "--device",
+                "sm_90",
+                "--local-version",
+                "sm90",
+                "--json",
+                "--output",
+            ])
+            .arg(out)
+            .arg(input)
+            .env_remove("OFFLOAD_LOADER_DEVICES"),
     );
-    serde_json::from_str(&text).unwrap()
+    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 fn python_out(python: &Path, script: &str, args: &[&Path]) -> String {
