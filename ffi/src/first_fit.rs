@@ -29,7 +29,6 @@
 //! a processor's "any" and stated-feature code in one bundle.
 
 use std::ffi::c_void;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use offload_loader::bundle::{write, Bundle};
@@ -39,7 +38,7 @@ use offload_loader::{Container, Limits, Present};
 use once_cell::race::OnceBox;
 
 use crate::library::fatbin_bytes;
-use crate::registry::{self, HandleState};
+use crate::registry::{self, FirstFit, HandleState};
 use crate::view::{Handed, ObjectView, View};
 use crate::{process, slots};
 
@@ -90,15 +89,15 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Handed> {
     let limits = Limits::default();
     // Uncompressed bundles only (see above).
     let bundle = Bundle::parse(data, &limits).ok()?;
-    let key = table_key(&bundle);
     let present = Present::Only(present());
-    // Decided once per list of entry IDs: which entries' headers can
-    // change the order, and the order when none contradicts its ID.
+    // Decided once per list of entry IDs (the last list decided is kept,
+    // and compared whole): which entries' headers can change the order,
+    // and the order when none contradicts its ID.
     let decided = registry::with(|r| {
         r.first_fit
             .as_ref()
-            .filter(|(k, _, _)| *k == key)
-            .map(|(_, contested, order)| (contested.clone(), order.clone()))
+            .filter(|d| same_ids(&d.ids, &bundle))
+            .map(|d| (d.contested.clone(), d.order.clone()))
     });
     // The common case: a table whose own order gives the choice whatever
     // its headers say.
@@ -112,8 +111,12 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Handed> {
             offload_loader::first_fit_contested(images, present),
             offload_loader::first_fit_order_on(images, present),
         );
-        let kept = made.clone();
-        registry::with(|r| r.first_fit = Some((key, kept.0, kept.1)));
+        let decided = FirstFit {
+            ids: bundle.entries().iter().map(|e| e.id.to_owned()).collect(),
+            contested: made.0.clone(),
+            order: made.1.clone(),
+        };
+        registry::with(|r| r.first_fit = Some(decided));
         made
     });
     // Each time, the headers that can change it (their first page).
@@ -168,14 +171,11 @@ fn object_view(data: &[u8]) -> Option<Arc<ObjectView>> {
     Some(view)
 }
 
-/// A 64-bit hash of `bundle`'s entry IDs in order (never 0, the empty
-/// cache).
-fn table_key(bundle: &Bundle<'_>) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    for entry in bundle.entries() {
-        entry.id.hash(&mut hasher);
-    }
-    hasher.finish().max(1)
+/// Whether `ids` are `bundle`'s entry IDs, in order.
+fn same_ids(ids: &[String], bundle: &Bundle<'_>) -> bool {
+    ids.iter()
+        .map(String::as_str)
+        .eq(bundle.entries().iter().map(|e| e.id))
 }
 
 /// One buffer holding `wrapper` pointed at `bundle`, which follows at the
@@ -219,5 +219,18 @@ mod tests {
         assert_eq!(pointer % BUNDLE_ALIGN, 0);
         let at = pointer - buffer.as_ptr() as usize;
         assert_eq!(&bytes[at..at + bundle.len()], &bundle[..]);
+    }
+
+    #[test]
+    fn a_decision_is_reused_only_for_the_same_ids_in_the_same_order() {
+        let a = "hipv4-amdgcn-amd-amdhsa--gfx11-generic";
+        let b = "hipv4-amdgcn-amd-amdhsa--gfx1100";
+        let bytes = write::write(&[(a, b"one"), (b, b"two")], 8);
+        let bundle = Bundle::parse(&bytes, &Limits::default()).unwrap();
+        let ids = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(same_ids(&ids(&[a, b]), &bundle));
+        for other in [&[b, a][..], &[a], &[a, b, b], &[]] {
+            assert!(!same_ids(&ids(other), &bundle), "{other:?}");
+        }
     }
 }

@@ -81,6 +81,17 @@ struct SymbolRef {
     index: usize,
 }
 
+/// What the hand-over to libamdhip64 decided for one list of bundle entry
+/// IDs (`first_fit`), which a library repeats in every bundle.
+pub(crate) struct FirstFit {
+    /// The IDs, in table order.
+    pub ids: Vec<String>,
+    /// The entries whose code objects' headers can change the order.
+    pub contested: Vec<usize>,
+    /// The order when no header contradicts its ID (`None`: the table's own).
+    pub order: Option<Vec<usize>>,
+}
+
 /// Everything registered. Ids are the slots' (see [`crate::slots`]): never
 /// reused, and issued without this lock.
 #[derive(Default)]
@@ -107,10 +118,8 @@ pub(crate) struct Registry {
     /// bundle handed to libamdhip64 in the program's place (see
     /// `first_fit`).
     pub reordered_bundles: FastMap<usize, Handed>,
-    /// HIP: the last list of bundle entry IDs decided (`first_fit`): its
-    /// key, the entries whose headers can change the order, and the order
-    /// when none does (`None`: the table's own).
-    pub first_fit: Option<(u64, Vec<usize>, Option<Vec<usize>>)>,
+    /// HIP: the last list of bundle entry IDs decided (`first_fit`).
+    pub first_fit: Option<FirstFit>,
     /// HIP: the views of loaded file mappings the reordered bundles' tables
     /// lie in, by the mapping they repeat (see `view`).
     pub views: Vec<(std::ops::Range<usize>, Weak<ObjectView>)>,
