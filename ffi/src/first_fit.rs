@@ -34,13 +34,17 @@ use std::sync::Arc;
 use offload_loader::bundle::{write, Bundle};
 use offload_loader::registration::{FatbinWrapper, WRAPPER_SIZE};
 use offload_loader::target::Processor;
-use offload_loader::{Container, Limits, Present};
+use offload_loader::{Container, Content, Image, ImageSource, Limits, Present};
 use once_cell::race::OnceBox;
 
 use crate::library::fatbin_bytes;
 use crate::registry::{self, FirstFit, HandleState};
 use crate::view::{Handed, ObjectView, View};
 use crate::{process, slots};
+
+/// How much of a code object is read for its header: as much as a
+/// [`Container`] reads for [`ImageSource::read_content`].
+const HEADER_READ: usize = 64 << 10;
 
 /// The copied bundle's alignment: clang aligns `.hip_fatbin` to 4096, and
 /// so each code object in it (the bundler's `-bundle-align` for HIP).
@@ -93,36 +97,38 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Handed> {
     // Decided once per list of entry IDs (the last list decided is kept,
     // and compared whole): which entries' headers can change the order,
     // and the order when none contradicts its ID.
-    let decided = registry::with(|r| {
-        r.first_fit
-            .as_ref()
-            .filter(|d| same_ids(&d.ids, &bundle))
-            .map(|d| (d.contested.clone(), d.order.clone()))
-    });
+    let kept = registry::with(|r| r.first_fit.clone().filter(|d| same_ids(&d.ids, &bundle)));
+    let decided = match kept {
+        Some(decided) => decided,
+        None => {
+            let container = Container::parse(data, &limits).ok()?;
+            let images = container.images();
+            let decided = Arc::new(FirstFit {
+                ids: bundle.entries().iter().map(|e| e.id.to_owned()).collect(),
+                contested: offload_loader::first_fit_contested(images, present),
+                order: offload_loader::first_fit_order_on(images, present),
+                images: images.to_vec(),
+            });
+            registry::with(|r| r.first_fit = Some(decided.clone()));
+            decided
+        }
+    };
     // The common case: a table whose own order gives the choice whatever
     // its headers say.
-    if matches!(&decided, Some((contested, None)) if contested.is_empty()) {
+    if decided.order.is_none() && decided.contested.is_empty() {
         return None;
     }
-    let container = Container::parse(data, &limits).ok()?;
-    let (contested, order) = decided.unwrap_or_else(|| {
-        let images = container.images();
-        let made = (
-            offload_loader::first_fit_contested(images, present),
-            offload_loader::first_fit_order_on(images, present),
-        );
-        let decided = FirstFit {
-            ids: bundle.entries().iter().map(|e| e.id.to_owned()).collect(),
-            contested: made.0.clone(),
-            order: made.1.clone(),
-        };
-        registry::with(|r| r.first_fit = Some(decided));
-        made
-    });
-    // Each time, the headers that can change it (their first page).
-    let order = if offload_loader::headers_agree(&container, &contested) {
-        order
+    // Each time, the headers that can change it (their first page), read
+    // from this bundle's code objects; where one contradicts its ID, the
+    // bundle is read whole and decided again.
+    let source = DecidedBundle {
+        images: &decided.images,
+        bundle: &bundle,
+    };
+    let order = if offload_loader::headers_agree(&source, &decided.contested) {
+        decided.order.clone()
     } else {
+        let container = Container::parse(data, &limits).ok()?;
         offload_loader::first_fit_order_checked(&container, present)
     }?;
     let view = object_view(data).and_then(|object| View::new(&object, data, &bundle, &order, info));
@@ -176,6 +182,26 @@ fn same_ids(ids: &[String], bundle: &Bundle<'_>) -> bool {
     ids.iter()
         .map(String::as_str)
         .eq(bundle.entries().iter().map(|e| e.id))
+}
+
+/// A bundle whose entry IDs are those a decision was made for: the
+/// decision's images (their IDs parsed once) over this bundle's code
+/// objects, whose headers are read as a [`Container`]'s are.
+struct DecidedBundle<'a> {
+    images: &'a [Image],
+    bundle: &'a Bundle<'a>,
+}
+
+impl ImageSource for DecidedBundle<'_> {
+    fn images(&self) -> &[Image] {
+        self.images
+    }
+
+    fn read_content(&self, index: usize) -> Option<Content> {
+        let entry = self.bundle.entries().get(index)?;
+        let code = self.bundle.code_object(entry).ok()?;
+        Some(Content::read(&code[..code.len().min(HEADER_READ)]))
+    }
 }
 
 /// One buffer holding `wrapper` pointed at `bundle`, which follows at the

@@ -90,6 +90,9 @@ pub(crate) struct FirstFit {
     pub contested: Vec<usize>,
     /// The order when no header contradicts its ID (`None`: the table's own).
     pub order: Option<Vec<usize>>,
+    /// The images the IDs name (the first such bundle's, whose offsets no
+    /// one reads: each bundle's own code objects are).
+    pub images: Vec<offload_loader::Image>,
 }
 
 /// Everything registered. Ids are the slots' (see [`crate::slots`]): never
@@ -119,7 +122,7 @@ pub(crate) struct Registry {
     /// `first_fit`).
     pub reordered_bundles: FastMap<usize, Handed>,
     /// HIP: the last list of bundle entry IDs decided (`first_fit`).
-    pub first_fit: Option<FirstFit>,
+    pub first_fit: Option<Arc<FirstFit>>,
     /// HIP: the views of loaded file mappings the reordered bundles' tables
     /// lie in, by the mapping they repeat (see `view`).
     pub views: Vec<(std::ops::Range<usize>, Weak<ObjectView>)>,

@@ -82,7 +82,7 @@ impl View {
         }
         let ids: Vec<&str> = order.iter().map(|&i| entries[i].id).collect();
         let sizes: Vec<u64> = order.iter().map(|&i| entries[i].size).collect();
-        let table_len = write::table(&ids, &sizes, &vec![0; ids.len()]).len();
+        let table_len = usize::try_from(write::table_len(&ids)).ok()?;
         let at = object.allocate(TABLE_AT + table_len)?;
         let table_at = at + TABLE_AT;
         // The program's bundle, in the view: after the head.

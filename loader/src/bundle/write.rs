@@ -62,11 +62,20 @@ impl Layout {
     }
 }
 
+/// The length of [`table`]'s bytes for entries `ids`: magic, count and
+/// each entry's record.
+pub fn table_len(ids: &[&str]) -> u64 {
+    HEADER_LEN
+        + ids
+            .iter()
+            .map(|id| ENTRY_FIXED_LEN + id.len() as u64)
+            .sum::<u64>()
+}
+
 /// The magic, count and table of a bundle whose entries `ids` have code
 /// objects of `sizes` at `offsets` (from the bundle's start), in that order.
 pub fn table(ids: &[&str], sizes: &[u64], offsets: &[u64]) -> Vec<u8> {
-    let table: u64 = ids.iter().map(|id| ENTRY_FIXED_LEN + id.len() as u64).sum();
-    let mut header = Vec::with_capacity((HEADER_LEN + table) as usize);
+    let mut header = Vec::with_capacity(table_len(ids) as usize);
     header.extend_from_slice(magic::BUNDLE);
     header.extend((ids.len() as u64).to_le_bytes());
     for ((id, size), offset) in ids.iter().zip(sizes).zip(offsets) {
@@ -177,6 +186,25 @@ mod tests {
                 let fewer = Bundle::parse(&fewer, &Limits::default()).unwrap();
                 assert_eq!(fewer.entries().len(), entries.len() - 1);
             }
+        }
+    }
+
+    #[test]
+    fn the_table_length_is_that_of_the_table_written() {
+        let ids = [
+            "host-x86_64-unknown-linux-gnu-",
+            "hipv4-amdgcn-amd-amdhsa--gfx90a",
+            "",
+        ];
+        for n in 0..=ids.len() {
+            let ids = &ids[..n];
+            let zeros = vec![0; n];
+            let table = table(ids, &zeros, &zeros);
+            assert_eq!(table_len(ids), table.len() as u64);
+            // The table as the reader reads it ends there.
+            let bundle =
+                Bundle::parse_table(&table, table.len() as u64, &Limits::default()).unwrap();
+            assert_eq!(bundle.len(), table.len() as u64);
         }
     }
 
