@@ -22,9 +22,9 @@ use std::sync::Arc;
 use offload_loader::bundle::{write, Bundle};
 use offload_loader::registration::{FatbinWrapper, WRAPPER_SIZE};
 
-/// Where the new table starts in the first page (after the wrapper, 8-byte
-/// aligned as the bundle header is read).
-const TABLE_AT: usize = 64;
+/// Where a new table starts after its wrapper: right after it, 8-byte
+/// aligned as the bundle header is read.
+const TABLE_AT: usize = (WRAPPER_SIZE as usize).next_multiple_of(8);
 
 /// What libamdhip64 is handed in the program's place for a bundle that
 /// needs reordering, kept until the fat binary is unregistered.
