@@ -42,10 +42,6 @@ use crate::registry::{self, FirstFit, HandleState};
 use crate::view::{Handed, ObjectView, View};
 use crate::{process, slots};
 
-/// How much of a code object is read for its header: as much as a
-/// [`Container`] reads for [`ImageSource::read_content`].
-const HEADER_READ: usize = 64 << 10;
-
 /// The copied bundle's alignment: clang aligns `.hip_fatbin` to 4096, and
 /// so each code object in it (the bundler's `-bundle-align` for HIP).
 const BUNDLE_ALIGN: usize = 4096;
@@ -186,7 +182,8 @@ fn same_ids(ids: &[String], bundle: &Bundle<'_>) -> bool {
 
 /// A bundle whose entry IDs are those a decision was made for: the
 /// decision's images (their IDs parsed once) over this bundle's code
-/// objects, whose headers are read as a [`Container`]'s are.
+/// objects, whose headers are read as a [`Container`]'s are
+/// ([`Content::read_head`]).
 struct DecidedBundle<'a> {
     images: &'a [Image],
     bundle: &'a Bundle<'a>,
@@ -200,7 +197,7 @@ impl ImageSource for DecidedBundle<'_> {
     fn read_content(&self, index: usize) -> Option<Content> {
         let entry = self.bundle.entries().get(index)?;
         let code = self.bundle.code_object(entry).ok()?;
-        Some(Content::read(&code[..code.len().min(HEADER_READ)]))
+        Some(Content::read_head(code))
     }
 }
 

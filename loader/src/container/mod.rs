@@ -460,15 +460,14 @@ impl ImageSource for Container<'_> {
         &self.images
     }
 
-    /// Reads a plain image's first bytes (at most 64 KiB: an ELF header or the
-    /// PTX directives); an image inside a compressed payload is left unread
-    /// rather than inflating it.
+    /// Reads a plain image's first [`Content::HEAD_LEN`] bytes; an image
+    /// inside a compressed payload is left unread rather than inflating it.
     fn read_content(&self, index: usize) -> Option<Content> {
         let image = self.images.get(index)?;
         if image.compressed {
             return None;
         }
-        let header_len = image.size.min(64 << 10);
+        let header_len = image.size.min(Content::HEAD_LEN as u64);
         let bytes = Bytes(self.data)
             .slice(image.offset, header_len, "image")
             .ok()?;

@@ -124,6 +124,17 @@ pub struct Content {
 }
 
 impl Content {
+    /// How much of an image's start [`Content::read_head`] reads: enough
+    /// for an ELF header or PTX's header directives ([`ptx::MAX_HEADER`]).
+    pub const HEAD_LEN: usize = ptx::MAX_HEADER;
+
+    /// [`Content::read`] of the first [`Content::HEAD_LEN`] bytes of
+    /// `image` (one image's bytes), so that a large image is not read
+    /// whole.
+    pub fn read_head(image: &[u8]) -> Content {
+        Content::read(&image[..image.len().min(Self::HEAD_LEN)])
+    }
+
     /// Reads what `data` (one image's bytes) holds and the processor its own
     /// header names: an AMDGPU code object's target ID ([`amdgpu`]), a cubin's
     /// `sm_XY[a]` ([`cubin`]) or PTX's `.target` ([`ptx`]). `arch` is `None`
