@@ -93,14 +93,17 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Handed> {
     // Decided once per list of entry IDs (the last list decided is kept,
     // and compared whole): which entries' headers can change the order,
     // and the order when none contradicts its ID.
-    let kept = registry::with(|r| r.first_fit.clone().filter(|d| same_ids(&d.ids, &bundle)));
+    let kept = registry::with(|r| {
+        r.first_fit
+            .clone()
+            .filter(|d| same_ids(d.images.iter().map(|i| i.id.as_str()), &bundle))
+    });
     let decided = match kept {
         Some(decided) => decided,
         None => {
             let container = Container::parse(data, &limits).ok()?;
             let images = container.images();
             let decided = Arc::new(FirstFit {
-                ids: bundle.entries().iter().map(|e| e.id.to_owned()).collect(),
                 contested: offload_loader::first_fit_contested(images, present),
                 order: offload_loader::first_fit_order_on(images, present),
                 images: images.to_vec(),
@@ -174,10 +177,8 @@ fn object_view(data: &[u8]) -> Option<Arc<ObjectView>> {
 }
 
 /// Whether `ids` are `bundle`'s entry IDs, in order.
-fn same_ids(ids: &[String], bundle: &Bundle<'_>) -> bool {
-    ids.iter()
-        .map(String::as_str)
-        .eq(bundle.entries().iter().map(|e| e.id))
+fn same_ids<'i>(ids: impl Iterator<Item = &'i str>, bundle: &Bundle<'_>) -> bool {
+    ids.eq(bundle.entries().iter().map(|e| e.id))
 }
 
 /// A bundle whose entry IDs are those a decision was made for: the
@@ -250,10 +251,9 @@ mod tests {
         let b = "hipv4-amdgcn-amd-amdhsa--gfx1100";
         let bytes = write::write(&[(a, b"one"), (b, b"two")], 8);
         let bundle = Bundle::parse(&bytes, &Limits::default()).unwrap();
-        let ids = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(same_ids(&ids(&[a, b]), &bundle));
+        assert!(same_ids([a, b].into_iter(), &bundle));
         for other in [&[b, a][..], &[a], &[a, b, b], &[]] {
-            assert!(!same_ids(&ids(other), &bundle), "{other:?}");
+            assert!(!same_ids(other.iter().copied(), &bundle), "{other:?}");
         }
     }
 }

@@ -84,14 +84,13 @@ struct SymbolRef {
 /// What the hand-over to libamdhip64 decided for one list of bundle entry
 /// IDs (`first_fit`), which a library repeats in every bundle.
 pub(crate) struct FirstFit {
-    /// The IDs, in table order.
-    pub ids: Vec<String>,
     /// The entries whose code objects' headers can change the order.
     pub contested: Vec<usize>,
     /// The order when no header contradicts its ID (`None`: the table's own).
     pub order: Option<Vec<usize>>,
-    /// The images the IDs name (the first such bundle's, whose offsets no
-    /// one reads: each bundle's own code objects are).
+    /// The images of the first bundle decided, in table order: their IDs
+    /// are the list decided (their offsets no one reads: each bundle's own
+    /// code objects are).
     pub images: Vec<offload_loader::Image>,
 }
 
