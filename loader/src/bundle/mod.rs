@@ -65,47 +65,19 @@ impl<'a> Bundle<'a> {
     /// partial decompression. Code-object ranges are checked against `full_len`,
     /// so [`Bundle::code_object`] must not be called unless `prefix` is whole.
     pub fn parse_table(prefix: &'a [u8], full_len: u64, limits: &Limits) -> Result<Bundle<'a>> {
-        let bytes = Bytes(prefix);
-        if !prefix.starts_with(magic::BUNDLE) {
-            return Err(Error::new(
-                0,
-                ErrorKind::BadMagic {
-                    what: "clang offload bundle",
-                },
-            ));
-        }
-        let count = bytes.u64(24, "bundle entry count")?;
-        // Each entry needs at least its fixed fields, so the count is bounded
-        // by the input, and by the limit: an inflated bundle of zeros would
-        // otherwise list millions of empty entries.
-        let max = (full_len.saturating_sub(HEADER_LEN) / ENTRY_FIXED_LEN).min(limits.max_entries);
-        if count > max {
-            return Err(Error::new(
-                24,
-                ErrorKind::TooLarge {
-                    what: "bundle entry count",
-                    value: count,
-                    limit: max,
-                },
-            ));
-        }
-        let mut entries = Vec::with_capacity(count.min(1024) as usize);
-        let mut pos = HEADER_LEN;
-        for _ in 0..count {
-            let offset = bytes.u64(pos, "bundle entry offset")?;
-            let size = bytes.u64(pos + 8, "bundle entry size")?;
-            let id_len = bytes.u64(pos + 16, "bundle entry ID length")?;
-            let id_bytes = bytes.slice(pos + ENTRY_FIXED_LEN, id_len, "bundle entry ID")?;
-            let id = utf8(id_bytes, pos + ENTRY_FIXED_LEN, "bundle entry ID")?;
-            match offset.checked_add(size) {
+        let mut records = Records::new(prefix, full_len, limits)?;
+        let mut entries = Vec::with_capacity(records.left.min(1024) as usize);
+        while let Some(record) = records.next_record()? {
+            let id = utf8(record.id, record.at + ENTRY_FIXED_LEN, "bundle entry ID")?;
+            match record.offset.checked_add(record.size) {
                 Some(end) if end <= full_len => {}
                 _ => {
                     return Err(Error::new(
-                        pos,
+                        record.at,
                         ErrorKind::OutOfBounds {
                             what: "bundle entry code object",
-                            start: offset,
-                            size,
+                            start: record.offset,
+                            size: record.size,
                             len: full_len,
                         },
                     ))
@@ -113,13 +85,12 @@ impl<'a> Bundle<'a> {
             }
             entries.push(BundleEntry {
                 id,
-                offset,
-                size,
-                record_offset: pos,
+                offset: record.offset,
+                size: record.size,
+                record_offset: record.at,
             });
-            pos += ENTRY_FIXED_LEN + id_len;
         }
-        let table_end = pos;
+        let table_end = records.pos;
         check_layout(&entries, table_end)?;
         let len = entries
             .iter()
@@ -178,6 +149,125 @@ fn check_layout(entries: &[BundleEntry<'_>], table_end: u64) -> Result<()> {
         prev_end = e.offset + e.size;
     }
     Ok(())
+}
+
+/// The entry IDs of a bundle's table, in table order, read in place: what
+/// [`entry_ids`] returns.
+#[derive(Debug, Clone)]
+pub struct EntryIds<'a> {
+    records: Records<'a>,
+}
+
+/// Reads the entry IDs of the bundle whose table starts `prefix`, one at a
+/// time, without building the bundle: no allocation, and none of the checks
+/// [`Bundle::parse_table`] adds (code-object ranges, the IDs' encoding). For
+/// a caller that compares a table's IDs with IDs it already holds; a table
+/// whose IDs it does not know is for [`Bundle::parse_table`].
+///
+/// The header is checked as [`Bundle::parse_table`] checks it (the entry
+/// count against the limit and against what `prefix` can hold); each ID is
+/// bounds-checked as it is read, and the first error ends the iteration.
+pub fn entry_ids<'a>(prefix: &'a [u8], limits: &Limits) -> Result<EntryIds<'a>> {
+    Ok(EntryIds {
+        records: Records::new(prefix, prefix.len() as u64, limits)?,
+    })
+}
+
+impl<'a> Iterator for EntryIds<'a> {
+    type Item = Result<&'a [u8]>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.records.next_record() {
+            Ok(record) => record.map(|r| Ok(r.id)),
+            Err(e) => {
+                self.records.left = 0;
+                Some(Err(e))
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, usize::try_from(self.records.left).ok())
+    }
+}
+
+/// One record of a bundle's table, as written.
+struct Record<'a> {
+    /// Its offset from the bundle start.
+    at: u64,
+    offset: u64,
+    size: u64,
+    id: &'a [u8],
+}
+
+/// A cursor over a bundle's table records: the header checked once, each
+/// record bounds-checked as it is read.
+#[derive(Debug, Clone)]
+struct Records<'a> {
+    bytes: Bytes<'a>,
+    /// The next record's offset.
+    pos: u64,
+    /// Records not yet read.
+    left: u64,
+}
+
+impl<'a> Records<'a> {
+    /// Checks the magic and the entry count of the bundle whose first bytes
+    /// are `prefix` and whose full length is `full_len`.
+    fn new(prefix: &'a [u8], full_len: u64, limits: &Limits) -> Result<Records<'a>> {
+        if !prefix.starts_with(magic::BUNDLE) {
+            return Err(Error::new(
+                0,
+                ErrorKind::BadMagic {
+                    what: "clang offload bundle",
+                },
+            ));
+        }
+        let bytes = Bytes(prefix);
+        let count = bytes.u64(24, "bundle entry count")?;
+        // Each entry needs at least its fixed fields, so the count is bounded
+        // by the input, and by the limit: an inflated bundle of zeros would
+        // otherwise list millions of empty entries.
+        let max = (full_len.saturating_sub(HEADER_LEN) / ENTRY_FIXED_LEN).min(limits.max_entries);
+        if count > max {
+            return Err(Error::new(
+                24,
+                ErrorKind::TooLarge {
+                    what: "bundle entry count",
+                    value: count,
+                    limit: max,
+                },
+            ));
+        }
+        Ok(Records {
+            bytes,
+            pos: HEADER_LEN,
+            left: count,
+        })
+    }
+
+    /// The next record, `None` after the last.
+    fn next_record(&mut self) -> Result<Option<Record<'a>>> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        let at = self.pos;
+        let offset = self.bytes.u64(at, "bundle entry offset")?;
+        let size = self.bytes.u64(at + 8, "bundle entry size")?;
+        let id_len = self.bytes.u64(at + 16, "bundle entry ID length")?;
+        let id = self
+            .bytes
+            .slice(at + ENTRY_FIXED_LEN, id_len, "bundle entry ID")?;
+        // In bounds: the ID's end lies within the input.
+        self.pos = at + ENTRY_FIXED_LEN + id_len;
+        self.left -= 1;
+        Ok(Some(Record {
+            at,
+            offset,
+            size,
+            id,
+        }))
+    }
 }
 
 /// A bundle entry ID split into its parts: `<kind>-<triple>[-<target ID>]`.
@@ -291,6 +381,47 @@ mod tests {
                 .len(),
             3
         );
+    }
+
+    #[test]
+    fn entry_ids_are_the_tables_read_in_place() {
+        let data = build(
+            &[
+                ("host-x86_64-unknown-linux-gnu-", b""),
+                ("hipv4-amdgcn-amd-amdhsa--gfx11-generic", b"AAAA"),
+                ("hipv4-amdgcn-amd-amdhsa--gfx1100", b"BB"),
+            ],
+            4096,
+        );
+        let limits = Limits::default();
+        let parsed = Bundle::parse(&data, &limits).unwrap();
+        let ids: Vec<&[u8]> = entry_ids(&data, &limits)
+            .unwrap()
+            .collect::<Result<_>>()
+            .unwrap();
+        let want: Vec<&[u8]> = parsed.entries().iter().map(|e| e.id.as_bytes()).collect();
+        assert_eq!(ids, want);
+        // The table alone is enough: code objects are not looked at.
+        let table_end = parsed.entries().last().map(|e| e.record_offset).unwrap() as usize
+            + 24
+            + "hipv4-amdgcn-amd-amdhsa--gfx1100".len();
+        assert_eq!(entry_ids(&data[..table_end], &limits).unwrap().count(), 3);
+        // A table cut inside an ID yields the IDs before it, then the error,
+        // then nothing.
+        let mut cut = entry_ids(&data[..table_end - 1], &limits).unwrap();
+        assert!(cut.next().unwrap().is_ok());
+        assert!(cut.next().unwrap().is_ok());
+        let err = cut.next().unwrap().unwrap_err();
+        assert!(matches!(err.kind, ErrorKind::OutOfBounds { .. }), "{err:?}");
+        assert!(cut.next().is_none());
+        // The header is checked as the parser checks it.
+        assert!(entry_ids(&data[1..], &limits).is_err());
+        let mut huge = data.clone();
+        huge[24..32].copy_from_slice(&(1u64 << 48).to_le_bytes());
+        assert!(matches!(
+            entry_ids(&huge, &limits).unwrap_err().kind,
+            ErrorKind::TooLarge { .. }
+        ));
     }
 
     #[test]
