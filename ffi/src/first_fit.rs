@@ -16,7 +16,8 @@
 //! Cost: none where no AMD GPU can be found (the bundle is not read).
 //! Else reading the table, and deciding once per distinct list of entry
 //! IDs (a library repeats one list in every bundle; deciding parses each
-//! target ID, some microseconds); for a table where one entry would be
+//! target ID, some microseconds): a table with the IDs decided last is
+//! compared with them where it lies, not parsed; for a table where one entry would be
 //! taken over another on a present device (`gfx1100` and `gfx11-generic`
 //! on a gfx1100), the header of that entry's code object is read each
 //! time, its first page. A reordered table is a new table over the
@@ -31,7 +32,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use offload_loader::bundle::{write, Bundle};
+use offload_loader::bundle::{self, write, Bundle};
 use offload_loader::registration::{FatbinWrapper, WRAPPER_SIZE};
 use offload_loader::target::Processor;
 use offload_loader::{Container, Content, Image, ImageSource, Limits, Present};
@@ -80,24 +81,19 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Handed> {
         return None;
     }
     let fatbin = slots::get(id)?.fatbin()?;
-    // SAFETY: registration parsed these bytes of the wrapper in a loaded
-    // segment of the object its record pins until unregistration.
-    let info =
-        FatbinWrapper::parse(unsafe { process::memory(wrapper..wrapper + WRAPPER_SIZE as usize) })
-            .ok()?;
     let data = fatbin_bytes(&fatbin, process::locate)?;
-    let limits = Limits::default();
     // Uncompressed bundles only (see above).
-    let bundle = Bundle::parse(data, &limits).ok()?;
+    if !data.starts_with(offload_loader::magic::BUNDLE) {
+        return None;
+    }
+    let limits = Limits::default();
     let present = Present::Only(present());
     // Decided once per list of entry IDs (the last list decided is kept,
-    // and compared whole): which entries' headers can change the order,
-    // and the order when none contradicts its ID.
-    let kept = registry::with(|r| {
-        r.first_fit
-            .clone()
-            .filter(|d| same_ids(d.images.iter().map(|i| i.id.as_str()), &bundle))
-    });
+    // and compared whole with the table's IDs read in place): which
+    // entries' headers can change the order, and the order when none
+    // contradicts its ID.
+    let kept = registry::with(|r| r.first_fit.clone())
+        .filter(|d| same_ids(d.images.iter().map(|i| i.id.as_str()), data, &limits));
     let decided = match kept {
         Some(decided) => decided,
         None => {
@@ -113,10 +109,12 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Handed> {
         }
     };
     // The common case: a table whose own order gives the choice whatever
-    // its headers say.
+    // its headers say. Decided before, the bundle is not parsed: its table
+    // is read once, its IDs compared where they lie.
     if decided.order.is_none() && decided.contested.is_empty() {
         return None;
     }
+    let bundle = Bundle::parse(data, &limits).ok()?;
     // Each time, the headers that can change it (their first page), read
     // from this bundle's code objects; where one contradicts its ID, the
     // bundle is read whole and decided again.
@@ -130,6 +128,11 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Handed> {
         let container = Container::parse(data, &limits).ok()?;
         offload_loader::first_fit_order_checked(&container, present)
     }?;
+    // SAFETY: registration parsed these bytes of the wrapper in a loaded
+    // segment of the object its record pins until unregistration.
+    let info =
+        FatbinWrapper::parse(unsafe { process::memory(wrapper..wrapper + WRAPPER_SIZE as usize) })
+            .ok()?;
     let view = object_view(data).and_then(|object| View::new(&object, data, &bundle, &order, info));
     if let Some(view) = view {
         return Some(Handed::View(view));
@@ -176,9 +179,15 @@ fn object_view(data: &[u8]) -> Option<Arc<ObjectView>> {
     Some(view)
 }
 
-/// Whether `ids` are `bundle`'s entry IDs, in order.
-fn same_ids<'i>(ids: impl Iterator<Item = &'i str>, bundle: &Bundle<'_>) -> bool {
-    ids.eq(bundle.entries().iter().map(|e| e.id))
+/// Whether `ids` are the entry IDs, in order, of the bundle at the start of
+/// `data`, read in place ([`bundle::entry_ids`]): equal bytes, so a table
+/// that matches holds valid IDs.
+fn same_ids<'i>(ids: impl Iterator<Item = &'i str>, data: &[u8], limits: &Limits) -> bool {
+    let Ok(table) = bundle::entry_ids(data, limits) else {
+        return false;
+    };
+    ids.map(|id| Ok(id.as_bytes()))
+        .eq(table.map(|id| id.map_err(drop)))
 }
 
 /// A bundle whose entry IDs are those a decision was made for: the
@@ -250,10 +259,22 @@ mod tests {
         let a = "hipv4-amdgcn-amd-amdhsa--gfx11-generic";
         let b = "hipv4-amdgcn-amd-amdhsa--gfx1100";
         let bytes = write::write(&[(a, b"one"), (b, b"two")], 8);
-        let bundle = Bundle::parse(&bytes, &Limits::default()).unwrap();
-        assert!(same_ids([a, b].into_iter(), &bundle));
+        let limits = Limits::default();
+        assert!(same_ids([a, b].into_iter(), &bytes, &limits));
         for other in [&[b, a][..], &[a], &[a, b, b], &[]] {
-            assert!(!same_ids(other.iter().copied(), &bundle), "{other:?}");
+            assert!(
+                !same_ids(other.iter().copied(), &bytes, &limits),
+                "{other:?}"
+            );
         }
+        // Not a bundle, or one whose table is cut: never the same.
+        assert!(!same_ids([a, b].into_iter(), &bytes[1..], &limits));
+        let table_end = 32 + 2 * 24 + a.len() + b.len();
+        assert!(!same_ids(
+            [a, b].into_iter(),
+            &bytes[..table_end - 1],
+            &limits
+        ));
+        assert!(same_ids([a, b].into_iter(), &bytes[..table_end], &limits));
     }
 }
