@@ -6,11 +6,12 @@
 //! beside a vendor never makes: 2.1 KB a cycle beside libomptarget, 5 KB
 //! with INFO beside libamdhip64).
 //!
-//! What remains per registration is its slot, 32 bytes: the handle table
+//! What remains per registration is its slot, 48 bytes: the handle table
 //! that keeps a stale handle detectable and library ids stable for the
-//! query API. The bound checked is the growth of the memory allocated beside the vendor less the
-//! growth of the same program without this library (LLVM 22's libomptarget
-//! itself keeps about 5 KB a cycle), at most [`BOUND`] bytes a cycle.
+//! query API (and holds the vendor's handle). The bound checked is the
+//! growth of the memory allocated beside the vendor less the growth of the
+//! same program without this library (LLVM 22's libomptarget itself keeps
+//! about 5 KB a cycle), at most [`BOUND`] bytes a cycle.
 
 mod support;
 
@@ -19,9 +20,13 @@ use std::process::Command;
 
 use support::*;
 
-/// Bytes a cycle this library may keep: its slot, and the allocator's
-/// rounding. A record kept per cycle is more than 1 KB.
-const BOUND: i64 = 64;
+/// Bytes a cycle this library may keep: its slot, twice over. The slot
+/// table grows by chunks that double (`ffi/src/slots.rs`), so the chunks
+/// allocated within the cycles measured hold up to twice as many slots as
+/// those cycles use: 20,000 cycles of one registration allocate the chunks
+/// of 4,096, 8,192 and 16,384 slots after the first tenth, 1.6 slots a cycle
+/// measured. A record kept per cycle is more than 1 KB.
+const BOUND: i64 = 2 * 48;
 
 /// Runs `exe` over `library` for `cycles` cycles; the memory allocated and
 /// not freed (kB, glibc's `mallinfo2`: the same from run to run, where the

@@ -2,14 +2,15 @@
 //! (libamdhip64, libcudart; see [`crate::vendor`]): their hooks have the
 //! same shapes (clr `hip_platform.cpp`, CUDA `crt/host_runtime.h`), so one
 //! set of calls serves both. The vendor returns its own handle for a fat
-//! binary; every later call for it is made with that handle, which the
-//! registry keeps beside this library's.
+//! binary; every later call for it is made with that handle, which this
+//! library's handle's slot keeps (see [`crate::slots`]).
 
 use std::ffi::{c_char, c_int, c_void};
 
 use crate::fatbin::Handle;
 use crate::guard;
 use crate::registry::{self, HandleState};
+use crate::slots;
 use crate::vendor::Next;
 
 /// Hands the fat binary behind `wrapper`, which this library registered as
@@ -26,12 +27,15 @@ pub(crate) fn register(wrapper: *const c_void, handle: Handle, next: usize) {
         if matches!(registry::handle(handle as usize), HandleState::Unknown) || wrapper.is_null() {
             return;
         }
+        let Some((_, slot)) = slots::from_handle(handle as usize) else {
+            return;
+        };
         // SAFETY: the vendor's `void **__*RegisterFatBinary(void *)`.
         let register: unsafe extern "C" fn(*const c_void) -> Handle =
             unsafe { std::mem::transmute(next) };
         // SAFETY: as the program would have called it.
         let theirs = unsafe { register(wrapper) };
-        registry::with(|r| r.vendor_handles.insert(handle as usize, theirs as usize));
+        slot.set_vendor(theirs as usize);
     })
 }
 
@@ -39,7 +43,7 @@ pub(crate) fn register(wrapper: *const c_void, handle: Handle, next: usize) {
 /// (`void __*UnregisterFatBinary(void **)`) with the vendor's handle.
 pub(crate) fn unregister(handle: Handle, next: &Next) {
     guard((), || {
-        let theirs = registry::with(|r| r.vendor_handles.remove(&(handle as usize)));
+        let theirs = slots::from_handle(handle as usize).and_then(|(_, slot)| slot.take_vendor());
         if let (Some(theirs), Some(next)) = (theirs, next.address()) {
             // SAFETY: the vendor's `void __*UnregisterFatBinary(void **)`.
             let unregister: unsafe extern "C" fn(Handle) = unsafe { std::mem::transmute(next) };
@@ -53,7 +57,8 @@ pub(crate) fn unregister(handle: Handle, next: &Next) {
 /// of this library's `handle`, when both are there.
 pub(crate) fn handed(next: &Next, handle: *const c_void) -> Option<(usize, Handle)> {
     let address = next.address()?;
-    let theirs = registry::with(|r| r.vendor_handles.get(&(handle as usize)).copied())?;
+    let (_, slot) = slots::from_handle(handle as usize)?;
+    let theirs = slot.vendor()?;
     Some((address, theirs as Handle))
 }
 

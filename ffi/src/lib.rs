@@ -55,6 +55,7 @@ mod registry;
 mod runtime;
 mod slots;
 mod stack;
+mod symbol_table;
 mod vendor;
 mod vendor_terms;
 mod view;

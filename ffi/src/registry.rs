@@ -1,6 +1,6 @@
-//! The index of what is registered: library records by id, kernels and
-//! variables by host address and by name, OpenMP descriptors, under one
-//! fork-safe lock (see [`crate::lock`]).
+//! The index of what is registered: library records by id, their symbols
+//! (found by host address and by name once a lookup asks), OpenMP
+//! descriptors, under one fork-safe lock (see [`crate::lock`]).
 //!
 //! Registration itself takes no lock (see [`crate::slots`]); the lock guards
 //! the maps, and its holder only looks up, inserts and removes (rule 1 of
@@ -20,6 +20,7 @@ use crate::loader_lock::Inside;
 use crate::lock::ForkSafeMutex;
 use crate::process;
 use crate::slots::{self, Fatbin, Runtime, State};
+use crate::symbol_table::{At, SymbolTable};
 use crate::view::{Handed, ObjectView};
 
 /// A multiplicative hash for addresses and short names (FxHash's constant):
@@ -74,11 +75,57 @@ impl Hash for NameKey {
     }
 }
 
-/// A symbol: its library's id and its index there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct SymbolRef {
-    library: usize,
-    index: usize,
+/// Symbols by what a lookup knows of them: their entries in the table.
+#[derive(Default)]
+struct Index {
+    kernels: FastMap<usize, At>,
+    variables: FastMap<usize, At>,
+    kernel_names: FastMap<NameKey, At>,
+}
+
+impl Index {
+    /// Adds the symbol at `at`: the first symbol of a host address or a
+    /// kernel name is the one found.
+    fn add(&mut self, symbol: &Symbol, at: At) {
+        let map = match symbol.kind {
+            SymbolKind::Kernel => {
+                self.kernel_names.entry(NameKey(symbol.name)).or_insert(at);
+                &mut self.kernels
+            }
+            _ => &mut self.variables,
+        };
+        map.entry(symbol.host).or_insert(at);
+    }
+
+    /// Removes the symbol at `at`, where it is the one found.
+    fn remove(&mut self, symbol: &Symbol, at: At) {
+        let map = match symbol.kind {
+            SymbolKind::Kernel => {
+                if self.kernel_names.get(&NameKey(symbol.name)) == Some(&at) {
+                    self.kernel_names.remove(&NameKey(symbol.name));
+                }
+                &mut self.kernels
+            }
+            _ => &mut self.variables,
+        };
+        if map.get(&symbol.host) == Some(&at) {
+            map.remove(&symbol.host);
+        }
+    }
+
+    /// The index of every symbol in `table`, in id order (the first
+    /// library to register an address or a name is the one found, as in a
+    /// scan in registration order).
+    fn of(table: &SymbolTable) -> Index {
+        let mut index = Index::default();
+        for id in 0..slots::len() {
+            let Some(slot) = slots::get(id) else { continue };
+            for (at, symbol) in table.in_order(slot.last_symbol()) {
+                index.add(&symbol, at);
+            }
+        }
+        index
+    }
 }
 
 /// What the hand-over to libamdhip64 decided for one list of bundle entry
@@ -101,21 +148,18 @@ pub(crate) struct Registry {
     /// By id: the library records made so far (a fat binary's at first
     /// use), removed at unregistration.
     libraries: FastMap<usize, Arc<Library>>,
-    /// The symbols of each registered library that has any, by id.
-    symbols: FastMap<usize, Vec<Symbol>>,
-    kernels: FastMap<usize, SymbolRef>,
-    variables: FastMap<usize, SymbolRef>,
-    /// Kernels by name: built at the first lookup by name, kept up to date after.
-    kernel_names: Option<FastMap<NameKey, SymbolRef>>,
+    /// The symbols of every registered library, each chained from its
+    /// last, which its slot keeps.
+    symbols: SymbolTable,
+    /// The lookups: built at the first one, kept up to date after. A
+    /// program beside a vendor runtime, which launches through the vendor,
+    /// never makes one, and its registrations fill no index.
+    index: Option<Index>,
     /// OpenMP: descriptor address → library id.
     pub descriptors: FastMap<usize, usize>,
     /// OpenMP: descriptor address → the reordered copy handed to
     /// libomptarget in its place (see `omp`).
     pub handed: FastMap<usize, usize>,
-    /// HIP and CUDA: this library's fat-binary handle → the handle the
-    /// vendor runtime (libamdhip64, libcudart) returned for the same fat
-    /// binary (see `vendor`).
-    pub vendor_handles: FastMap<usize, usize>,
     /// HIP: this library's fat-binary handle → the wrapper and reordered
     /// bundle handed to libamdhip64 in the program's place (see
     /// `first_fit`).
@@ -284,39 +328,40 @@ pub(crate) fn library(id: usize) -> Option<Arc<Library>> {
 
 /// Number of symbols of library `id`, if registered.
 pub(crate) fn symbol_count(id: usize) -> Option<usize> {
-    with(|r| is_live(id).then(|| r.symbols.get(&id).map_or(0, Vec::len)))
+    with(|r| {
+        let slot = slots::get(id).filter(|_| is_live(id))?;
+        Some(r.symbols.chain(slot.last_symbol()).count())
+    })
 }
 
-/// The symbols of library `id`, if registered.
+/// The symbols of library `id`, if registered, in the order they were.
 pub(crate) fn symbols(id: usize) -> Vec<Symbol> {
-    with(|r| r.symbols.get(&id).cloned().unwrap_or_default())
+    with(|r| {
+        let Some(slot) = slots::get(id) else {
+            return Vec::new();
+        };
+        let symbols = r.symbols.in_order(slot.last_symbol());
+        symbols.into_iter().map(|(_, s)| s).collect()
+    })
 }
 
 /// Adds a symbol to library `id`.
 pub(crate) fn add_symbol(id: usize, symbol: Symbol) -> Result<(), crate::error::Error> {
     with(|r| {
-        if !is_live(id) {
+        let slot = slots::get(id).filter(|_| is_live(id));
+        let Some(slot) = slot else {
             return Err(crate::error::Error::NoLibrary(id as i64));
+        };
+        let at =
+            r.symbols
+                .push(id, slot.last_symbol(), symbol)
+                .ok_or(crate::error::Error::Invalid(
+                    "the symbol table is full: 2^32 - 1 symbols registered at once",
+                ))?;
+        slot.set_last_symbol(Some(at));
+        if let Some(index) = &mut r.index {
+            index.add(&symbol, at);
         }
-        // Most fat binaries register one kernel or a few: grown as needed.
-        let symbols = r.symbols.entry(id).or_insert_with(|| Vec::with_capacity(1));
-        let at = SymbolRef {
-            library: id,
-            index: symbols.len(),
-        };
-        symbols.push(symbol);
-        let map = match symbol.kind {
-            SymbolKind::Kernel => {
-                if let Some(names) = &mut r.kernel_names {
-                    names.entry(NameKey(symbol.name)).or_insert(at);
-                }
-                &mut r.kernels
-            }
-            _ => &mut r.variables,
-        };
-        // The first registration of a host address wins, as in a scan in
-        // registration order.
-        map.entry(symbol.host).or_insert(at);
         Ok(())
     })
 }
@@ -332,24 +377,14 @@ pub(crate) fn unregister(id: usize) -> (bool, Option<Arc<Library>>) {
         return (false, None);
     }
     let library = with(|r| {
-        if let Some(symbols) = r.symbols.remove(&id) {
-            for (index, s) in symbols.iter().enumerate() {
-                let at = SymbolRef { library: id, index };
-                let map = if s.kind == SymbolKind::Kernel {
-                    if let Some(names) = &mut r.kernel_names {
-                        if names.get(&NameKey(s.name)) == Some(&at) {
-                            names.remove(&NameKey(s.name));
-                        }
-                    }
-                    &mut r.kernels
-                } else {
-                    &mut r.variables
-                };
-                if map.get(&s.host) == Some(&at) {
-                    map.remove(&s.host);
-                }
+        let last = slot.last_symbol();
+        if let Some(index) = &mut r.index {
+            for (at, symbol) in r.symbols.chain(last) {
+                index.remove(symbol, at);
             }
         }
+        r.symbols.release(last);
+        slot.set_last_symbol(None);
         r.libraries.remove(&id)
     });
     (true, library)
@@ -358,44 +393,36 @@ pub(crate) fn unregister(id: usize) -> (bool, Option<Arc<Library>>) {
 /// A symbol found by a lookup: its library's id and the symbol.
 pub(crate) type Found = (usize, Symbol);
 
-fn found(r: &Registry, at: Option<SymbolRef>) -> Option<Found> {
-    let at = at?;
-    let symbol = *r.symbols.get(&at.library)?.get(at.index)?;
-    Some((at.library, symbol))
+fn found(r: &Registry, at: Option<At>) -> Option<Found> {
+    r.symbols.get(at?)
+}
+
+/// The index of `r`, built now if no lookup was made before.
+fn index(r: &mut Registry) -> &Index {
+    r.index.get_or_insert_with(|| Index::of(&r.symbols))
 }
 
 /// The kernel whose host stub is `host`.
 pub(crate) fn kernel(host: usize) -> Option<Found> {
-    with(|r| found(r, r.kernels.get(&host).copied()))
+    with(|r| {
+        let at = index(r).kernels.get(&host).copied();
+        found(r, at)
+    })
 }
 
 /// The variable whose host shadow is `host`.
 pub(crate) fn variable(host: usize) -> Option<Found> {
-    with(|r| found(r, r.variables.get(&host).copied()))
+    with(|r| {
+        let at = index(r).variables.get(&host).copied();
+        found(r, at)
+    })
 }
 
 /// The kernel whose device-side name is `name`.
 pub(crate) fn kernel_by_name(name: &CStr) -> Option<Found> {
     with(|r| {
-        if r.kernel_names.is_none() {
-            let mut names = FastMap::default();
-            // In id order: the first registration of a name wins.
-            let mut ids: Vec<usize> = r.symbols.keys().copied().collect();
-            ids.sort_unstable();
-            for (id, symbols) in ids.iter().map(|id| (*id, &r.symbols[id])) {
-                for (index, s) in symbols.iter().enumerate() {
-                    if s.kind == SymbolKind::Kernel {
-                        names
-                            .entry(NameKey(s.name))
-                            .or_insert(SymbolRef { library: id, index });
-                    }
-                }
-            }
-            r.kernel_names = Some(names);
-        }
-        let at = r
+        let at = index(r)
             .kernel_names
-            .as_ref()?
             .get(&NameKey(name.as_ptr() as usize))
             .copied();
         found(r, at)
@@ -429,16 +456,30 @@ mod tests {
             name: NAME.as_ptr() as usize,
             kind: SymbolKind::Kernel,
         };
+        let v = Symbol {
+            host: 0x9000 + id,
+            name: NAME.as_ptr() as usize,
+            kind: SymbolKind::Variable { size: 4 },
+        };
         add_symbol(id, k).unwrap();
+        // The index is built at the first lookup, or was built by another
+        // test's: either way it holds what was registered before ...
         assert_eq!(kernel(0x1000 + id), Some((id, k)));
+        // ... and what is registered after.
+        add_symbol(id, v).unwrap();
+        assert_eq!(variable(0x9000 + id), Some((id, v)));
+        assert_eq!(kernel(0x9000 + id), None);
         // By content, not address: another string with the same bytes.
         assert_eq!(kernel_by_name(OTHER).map(|f| f.0), Some(id));
-        assert_eq!(symbol_count(id), Some(1));
+        assert_eq!(symbol_count(id), Some(2));
+        assert_eq!(symbols(id), [k, v]);
         assert!(library(id).is_some());
         let (was, record) = unregister(id);
         assert!(was && record.is_some());
         assert_eq!(kernel(0x1000 + id), None);
+        assert_eq!(variable(0x9000 + id), None);
         assert_eq!(symbol_count(id), None);
+        assert!(symbols(id).is_empty());
         assert!(library(id).is_none());
         assert!(add_symbol(id, k).is_err());
     }

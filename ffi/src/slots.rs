@@ -3,17 +3,19 @@
 //! without an allocation; HIP and CUDA handles name its slots.
 //!
 //! A fat binary's slot records where the fat binary is and which object holds
-//! it; the library record (`library::Library`) is made from it at first use,
+//! it, and the vendor runtime's handle for it where it was handed on; the library record (`library::Library`) is made from it at first use,
 //! as HIP defers its fat binaries. A slot's state is its only mutable part
 //! after it is written: published with release ordering once its fields are
 //! stored, and moved from live to released by one compare-and-swap, so a
 //! handle is released at most once. A thread forked beside a registration
 //! leaves that one slot unwritten in the child, where no handle names it.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use offload_loader::target::{OffloadKind, Vendor};
 use once_cell::race::OnceBox;
+
+use crate::symbol_table::At;
 
 /// The language runtime a library registered through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,10 +95,18 @@ pub(crate) struct Fatbin {
 pub(crate) struct Slot {
     state: AtomicU8,
     runtime: AtomicU8,
+    /// 1 + the library's last symbol in the registry's symbol table, 0
+    /// for none: read and written under the registry's lock only.
+    last_symbol: AtomicU32,
     object: AtomicUsize,
     start: AtomicUsize,
     pin: AtomicU64,
     linked: AtomicUsize,
+    /// Whether `vendor` holds the vendor runtime's handle.
+    handed: AtomicBool,
+    /// The handle the vendor runtime (libamdhip64, libcudart) returned for
+    /// this fat binary when the registration was handed on to it.
+    vendor: AtomicUsize,
 }
 
 impl Slot {
@@ -119,6 +129,40 @@ impl Slot {
             pin: self.pin.load(Ordering::Relaxed),
             linked: self.linked.load(Ordering::Relaxed),
         })
+    }
+
+    /// The library's last symbol in the registry's symbol table
+    /// ([`crate::symbol_table`]); for the registry, under its lock.
+    pub(crate) fn last_symbol(&self) -> Option<At> {
+        self.last_symbol.load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    /// Sets the library's last symbol; for the registry, under its lock.
+    pub(crate) fn set_last_symbol(&self, at: Option<At>) {
+        // The table names fewer than `At::MAX` entries.
+        let stored = at.map_or(0, |at| at + 1);
+        self.last_symbol.store(stored, Ordering::Relaxed);
+    }
+
+    /// Records the handle the vendor runtime returned for this fat binary.
+    pub(crate) fn set_vendor(&self, theirs: usize) {
+        self.vendor.store(theirs, Ordering::Relaxed);
+        self.handed.store(true, Ordering::Release);
+    }
+
+    /// The vendor runtime's handle for this fat binary, from when the
+    /// registration was handed on until it is taken.
+    pub(crate) fn vendor(&self) -> Option<usize> {
+        self.handed
+            .load(Ordering::Acquire)
+            .then(|| self.vendor.load(Ordering::Relaxed))
+    }
+
+    /// Takes the vendor runtime's handle, for its unregistration: once.
+    pub(crate) fn take_vendor(&self) -> Option<usize> {
+        self.handed
+            .swap(false, Ordering::AcqRel)
+            .then(|| self.vendor.load(Ordering::Relaxed))
     }
 
     /// Moves the slot from `from` to released; false if it was not in `from`.
@@ -216,6 +260,11 @@ pub(crate) fn from_handle(handle: usize) -> Option<(usize, &'static Slot)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_is_the_48_bytes_the_cycles_test_and_benchmarks_count() {
+        assert_eq!(std::mem::size_of::<Slot>(), 48);
+    }
 
     #[test]
     fn chunks_double_and_ids_map_one_to_one() {
