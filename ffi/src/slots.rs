@@ -10,10 +10,12 @@
 //! handle is released at most once. A thread forked beside a registration
 //! leaves that one slot unwritten in the child, where no handle names it.
 
+use std::alloc::Layout;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use offload_loader::target::{OffloadKind, Vendor};
 use once_cell::race::OnceBox;
+use zerocopy::FromZeros;
 
 use crate::symbol_table::At;
 
@@ -91,7 +93,10 @@ pub(crate) struct Fatbin {
     pub linked: usize,
 }
 
-#[derive(Default)]
+/// All zeros is an unwritten slot (`Writing`, no symbols, nothing handed
+/// on): a chunk is allocated zeroed, and only the pages of the slots
+/// written are touched.
+#[derive(FromZeros)]
 pub(crate) struct Slot {
     state: AtomicU8,
     runtime: AtomicU8,
@@ -199,11 +204,12 @@ pub(crate) fn push(state: State, fatbin: Option<Fatbin>) -> usize {
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
     let (chunk, at) = place(id);
     let slots = TABLE[chunk].get_or_init(|| {
-        Box::new(
-            std::iter::repeat_with(Slot::default)
-                .take(FIRST << chunk)
-                .collect(),
-        )
+        // Zeroed by the allocator (calloc): fresh pages the kernel maps
+        // only when a slot on them is written, where writing each slot's
+        // zeros would touch the whole chunk at once.
+        let chunk = <[Slot]>::new_box_zeroed_with_elems(FIRST << chunk)
+            .unwrap_or_else(|_| std::alloc::handle_alloc_error(Layout::new::<Slot>()));
+        Box::new(chunk.into_vec())
     });
     let slot = &slots[at];
     if let Some(f) = fatbin {
