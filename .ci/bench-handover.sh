@@ -6,10 +6,12 @@
 # KFD lists no AMD GPU, a gfx90a, or a gfx1100 (OFFLOAD_LOADER_KFD_ROOT: a
 # gfx1100 makes every bundle need reordering). Prints the median dlopen
 # time (ms) and anonymous memory added (kB) of RUNS runs each, and the
-# ratios to the program without this library. Then the floor of deciding
-# at registration: the median time to read the 5,000 bundle tables of the
-# library mapped afresh, by touching each table's page (as a registration
-# reads it) and by pread(2) of each from the file.
+# ratios to the program without this library (the runs of the four
+# interleaved). Then the floor of deciding at registration: the median time
+# to read the 5,000 bundle tables of the library mapped afresh, by touching
+# each table's page, by reading the header and IDs of each (as a
+# registration reads them, but one table after another, so that their
+# memory waits overlap), and by pread(2) of each from the file.
 # Both with the library in the page cache as the linker wrote it and as
 # read back from disk (as an installed library is).
 # Usage: bash .ci/bench-handover.sh [RUNS]   (after cargo build --release)
@@ -35,8 +37,9 @@ mkdir -p loader && cp "$lib/liboffload_loader.so" loader/ && ln -sf liboffload_l
 cat > tables.c <<'C'
 /* Reads every bundle table of argv[1] (each starts a 4096-aligned page with
  * the bundle magic) once: argv[2] "touch" reads a byte of each table in a
- * fresh read-only mapping of the file, "pread" reads its first 256 bytes
- * from the file. Prints the milliseconds the reads took. */
+ * fresh read-only mapping of the file, "read" its first 256 bytes (the
+ * header and entry IDs a decision compares) there, "pread" its first 256
+ * bytes from the file. Prints the milliseconds the reads took. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +74,9 @@ int main(int argc, char **argv) {
   for (long i = 0; i < n; i++)
     if (!strcmp(argv[2], "touch"))
       sum += m[at[i] + 24];
+    else if (!strcmp(argv[2], "read"))
+      for (int j = 0; j < 256; j += 8)
+        sum += *(volatile long *)(m + at[i] + j);
     else if (pread(fd, buf, sizeof buf, at[i]) == sizeof buf)
       sum += buf[24];
   printf("%.3f %ld\n", ms() - t, n);
@@ -89,20 +95,25 @@ topology() { # name [gfx_target_version]: a CPU node, then the GPU if given
 }
 topology none; topology gfx90a 90010; topology gfx1100 110000
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-measure() { # label exe kfd
-  local out; out=$(for _ in $(seq "$runs"); do OFFLOAD_LOADER_KFD_ROOT="$work/$3" "./$2" "$work/lib5000.so"; done)
-  echo "$1 $(echo "$out" | cut -d' ' -f1 | median) $(echo "$out" | cut -d' ' -f2 | median)"
-}
+# label|program KFD-topology; the first is the reference of the ratios.
+configs=("plain|plain none" "beside, no AMD GPU|beside none" "beside, a gfx90a|beside gfx90a"
+  "beside, a gfx1100 (every bundle reordered)|beside gfx1100")
 report() {
-  {
-    measure plain plain none
-    measure "beside, no AMD GPU" beside none
-    measure "beside, a gfx90a" beside gfx90a
-    measure "beside, a gfx1100 (every bundle reordered)" beside gfx1100
-  } | awk 'NR == 1 {t = $2; m = $3} {printf "%-45s %8.2f ms (%.2fx) %7d kB (%.2fx)\n", substr($0, 1, length($0) - length($NF) - length($(NF-1)) - 2), $(NF-1), $(NF-1) / t, $NF, $NF / m}'
-  for how in touch pread; do
-    t=$(for _ in $(seq "$runs"); do ./tables lib5000.so "$how" | cut -d' ' -f1; done | median)
-    printf '%-45s %8.2f ms\n' "reading the tables ($how)" "$t"
+  # The runs of every configuration interleaved, so that a slower minute of
+  # a shared machine falls on all of them alike.
+  rm -f out.*
+  for _ in $(seq "$runs"); do
+    for i in "${!configs[@]}"; do
+      read -r exe kfd <<<"${configs[$i]#*|}"
+      OFFLOAD_LOADER_KFD_ROOT="$work/$kfd" "./$exe" "$work/lib5000.so" >> "out.$i"
+    done
+    for how in touch read pread; do ./tables lib5000.so "$how" | cut -d' ' -f1 >> "out.$how"; done
+  done
+  for i in "${!configs[@]}"; do
+    echo "${configs[$i]%%|*}|$(cut -d' ' -f1 "out.$i" | median)|$(cut -d' ' -f2 "out.$i" | median)"
+  done | awk -F'|' 'NR == 1 {t = $2; m = $3} {printf "%-45s %8.2f ms (%.2fx) %7d kB (%.2fx)\n", $1, $2, $2 / t, $3, $3 / m}'
+  for how in touch read pread; do
+    printf '%-45s %8.2f ms\n' "reading the tables ($how)" "$(median < "out.$how")"
   done
 }
 echo "== the library in the page cache as the linker wrote it"
