@@ -352,12 +352,11 @@ pub(crate) fn add_symbol(id: usize, symbol: Symbol) -> Result<(), crate::error::
         let Some(slot) = slot else {
             return Err(crate::error::Error::NoLibrary(id as i64));
         };
-        let at =
-            r.symbols
-                .push(id, slot.last_symbol(), symbol)
-                .ok_or(crate::error::Error::Invalid(
-                    "the symbol table is full: 2^32 - 1 symbols registered at once",
-                ))?;
+        let Some(at) = r.symbols.push(id, slot.last_symbol(), symbol) else {
+            return Err(crate::error::Error::Invalid(
+                "the symbol table is full: 2^32 - 1 symbols registered at once",
+            ));
+        };
         slot.set_last_symbol(Some(at));
         if let Some(index) = &mut r.index {
             index.add(&symbol, at);
