@@ -56,6 +56,8 @@ mod runtime;
 mod slots;
 #[path = "../../ffi/src/stack.rs"]
 mod stack;
+#[path = "../../ffi/src/symbol_table.rs"]
+mod symbol_table;
 #[path = "../../ffi/src/vendor.rs"]
 mod vendor;
 #[path = "../../ffi/src/vendor_terms.rs"]
