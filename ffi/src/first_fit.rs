@@ -17,10 +17,10 @@
 //! Else reading the table, and deciding once per distinct list of entry
 //! IDs (a library repeats one list in every bundle; deciding parses each
 //! target ID, some microseconds): a table with the IDs decided last is
-//! compared with them where it lies, not parsed; for a table where one entry would be
-//! taken over another on a present device (`gfx1100` and `gfx11-generic`
-//! on a gfx1100), the header of that entry's code object is read each
-//! time, its first page. A reordered table is a new table over the
+//! compared with them where it lies, not parsed; for a table where one
+//! entry would be taken over another on a present device (`gfx1100` and
+//! `gfx11-generic` on a gfx1100), the header of that entry's code object is
+//! read each time, its first page. A reordered table is a new table over the
 //! program's own code objects ([`crate::view`]): no code object is copied
 //! unless the object's file cannot be mapped again. A compressed bundle (`CCOB`) is handed on
 //! as it is: reading its table would inflate the start of every one at
@@ -204,10 +204,10 @@ const TABLE_PREFETCH: usize = 320;
 /// by its comparison, would each wait for memory in turn (5,000 bundles
 /// beside libamdhip64 with a gfx90a, the library read from disk: 4.3 ms
 /// without, 3.5 ms with, against 1.6–1.8 ms without this library). Only a
-/// hint: the next wrapper is read where it lies in the
-/// pinned object `pin` holds, and nothing is prefetched unless it is a HIP
-/// wrapper whose table lies in that object too; a prefetch never faults,
-/// and a table not yet mapped is simply not loaded.
+/// hint: the next wrapper is read where it lies in the pinned object `pin`
+/// holds, and nothing is prefetched unless it is a HIP wrapper whose table
+/// lies in that object too; a prefetch never faults, and a table not yet
+/// mapped is simply not loaded.
 fn prefetch_next_table(wrapper: usize, pin: u64) {
     let Some(pin) = Pin::from_raw(pin) else {
         return;

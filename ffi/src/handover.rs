@@ -9,8 +9,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use crate::fatbin::Handle;
 use crate::guard;
-use crate::registry::{self, HandleState};
-use crate::slots;
+use crate::slots::{self, State};
 use crate::vendor::Next;
 
 /// Hands the fat binary behind `wrapper`, which this library registered as
@@ -24,10 +23,11 @@ use crate::vendor::Next;
 #[inline(never)]
 pub(crate) fn register(wrapper: *const c_void, handle: Handle, next: usize) {
     guard((), || {
-        if matches!(registry::handle(handle as usize), HandleState::Unknown) || wrapper.is_null() {
-            return;
-        }
-        let Some((_, slot)) = slots::from_handle(handle as usize) else {
+        // One lookup: the slot of a handle this library issued and has not
+        // released (a fat binary's, or one that failed to register).
+        let live = slots::from_handle(handle as usize)
+            .filter(|(_, slot)| matches!(slot.state(), State::Fatbin | State::Failed));
+        let Some((_, slot)) = live.filter(|_| !wrapper.is_null()) else {
             return;
         };
         // SAFETY: the vendor's `void **__*RegisterFatBinary(void *)`.

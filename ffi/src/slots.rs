@@ -3,11 +3,14 @@
 //! without an allocation; HIP and CUDA handles name its slots.
 //!
 //! A fat binary's slot records where the fat binary is and which object holds
-//! it, and the vendor runtime's handle for it where it was handed on; the library record (`library::Library`) is made from it at first use,
-//! as HIP defers its fat binaries. A slot's state is its only mutable part
-//! after it is written: published with release ordering once its fields are
-//! stored, and moved from live to released by one compare-and-swap, so a
-//! handle is released at most once. A thread forked beside a registration
+//! it; the library record (`library::Library`) is made from it at first use,
+//! as HIP defers its fat binaries. Once a slot is written, three parts of it
+//! change: its state, published with release ordering once its fields are
+//! stored and moved from live to released by one compare-and-swap, so a
+//! handle is released at most once; the vendor runtime's handle, set once
+//! where the registration is handed on and taken once at unregistration;
+//! and the library's last symbol, which only the registry, under its lock,
+//! reads and writes. A thread forked beside a registration
 //! leaves that one slot unwritten in the child, where no handle names it.
 
 use std::alloc::Layout;

@@ -76,11 +76,17 @@ impl SymbolTable {
     }
 
     /// Frees the entries of the library whose last symbol is `last`, for
-    /// later registrations.
+    /// later registrations: each is put on the free list as its chain is
+    /// walked, with no list of them made first.
     pub(crate) fn release(&mut self, last: Option<At>) {
-        let chain: Vec<At> = self.chain(last).map(|(at, _)| at).collect();
-        for at in chain {
-            let entry = &mut self.entries[at as usize];
+        let mut next = last;
+        // A chain is never longer than the table (its entries are distinct).
+        for _ in 0..self.entries.len() {
+            let Some(at) = next else { break };
+            let Some(entry) = self.entries.get_mut(at as usize) else {
+                break;
+            };
+            next = entry.prev;
             entry.library = FREE;
             entry.prev = self.free;
             self.free = Some(at);
