@@ -135,6 +135,9 @@ pub(crate) struct FirstFit {
     pub contested: Vec<usize>,
     /// The order when no header contradicts its ID (`None`: the table's own).
     pub order: Option<Vec<usize>>,
+    /// The bytes a table with the same entry IDs holds, to tell one where
+    /// it lies.
+    pub ids: offload_loader::bundle::IdsPattern,
     /// The images of the first bundle decided, in table order: their IDs
     /// are the list decided (their offsets no one reads: each bundle's own
     /// code objects are).

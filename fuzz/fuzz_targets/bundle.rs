@@ -3,14 +3,35 @@
 //! Invariants: a parsed bundle's length and every code object lie within the
 //! input; parsing only the table from a cut-off prefix never panics; the IDs
 //! read in place (`entry_ids`) are the parsed bundle's, and reading them
-//! ends on any input.
+//! ends on any input; a pattern of IDs (`IdsPattern`) matches exactly the
+//! inputs `entry_ids` reads its IDs from: its own bundle's, and clang's
+//! usual list.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use offload_loader::bundle::{entry_ids, Bundle, BundleId};
+use offload_loader::bundle::{entry_ids, Bundle, BundleId, IdsPattern};
 use offload_loader::Limits;
+
+/// The IDs clang 22 writes for `--offload-arch=gfx11-generic,gfx1100,gfx90a`.
+const CLANG: [&[u8]; 4] = [
+    b"host-x86_64-unknown-linux-gnu-",
+    b"hipv4-amdgcn-amd-amdhsa--gfx11-generic",
+    b"hipv4-amdgcn-amd-amdhsa--gfx1100",
+    b"hipv4-amdgcn-amd-amdhsa--gfx90a",
+];
 
 fuzz_target!(|data: &[u8]| {
     let in_place = entry_ids(data, &Limits::default()).map(|ids| ids.collect::<Vec<_>>());
+    // The IDs read in place, where all are read: a pattern of them matches.
+    let read: Option<Vec<&[u8]>> = in_place
+        .as_ref()
+        .ok()
+        .and_then(|ids| ids.iter().map(|id| id.as_ref().ok().copied()).collect());
+    if let Some(read) = &read {
+        let own = IdsPattern::new(read.iter().copied(), &Limits::default());
+        assert!(own.expect("IDs a table holds make a pattern").matches(data));
+    }
+    let clang = IdsPattern::new(CLANG, &Limits::default()).expect("four IDs");
+    assert_eq!(clang.matches(data), read.as_deref() == Some(&CLANG[..]));
     if let Ok(bundle) = Bundle::parse(data, &Limits::default()) {
         let ids: Vec<&[u8]> = bundle.entries().iter().map(|e| e.id.as_bytes()).collect();
         let in_place = in_place.expect("a bundle's header reads in place");

@@ -22,6 +22,9 @@ use crate::target::{Arch, OffloadKind, Processor, Triple};
 #[cfg(feature = "write")]
 pub mod write;
 
+mod pattern;
+pub use pattern::IdsPattern;
+
 /// Size of the fixed header: magic and entry count.
 const HEADER_LEN: u64 = 32;
 /// Size of an entry's fixed fields: offset, size, ID length.
@@ -335,7 +338,8 @@ mod tests {
     use super::*;
     use crate::target::{FeatureSetting, TargetIdError};
 
-    fn build(entries: &[(&str, &[u8])], align: usize) -> Vec<u8> {
+    /// A bundle of `entries`, each code object aligned to `align`.
+    pub(super) fn build(entries: &[(&str, &[u8])], align: usize) -> Vec<u8> {
         let mut out = magic::BUNDLE.to_vec();
         out.extend((entries.len() as u64).to_le_bytes());
         let table_len: usize = entries.iter().map(|(id, _)| 24 + id.len()).sum();

@@ -1,0 +1,207 @@
+//! Telling, at the cost of a few loads, whether a bundle's table lists
+//! given entry IDs: for a runtime that meets the same list in bundle after
+//! bundle (clang writes one per translation unit, each with the target
+//! list of the build) and decides once for it.
+
+use super::{ENTRY_FIXED_LEN, HEADER_LEN};
+use crate::limits::Limits;
+use crate::magic;
+
+/// The bytes that every table listing given entry IDs, in order, holds, at
+/// the places it holds them: the magic, the entry count, and each entry's ID
+/// length and ID (clang/docs/ClangOffloadBundler.rst; see [`super`]). Each
+/// entry's offset and size, which differ from bundle to bundle, are not
+/// looked at.
+///
+/// [`IdsPattern::matches`] is true of a table exactly when
+/// [`super::entry_ids`] reads these IDs from it, and nothing more: but where
+/// reading the IDs is a chain of loads (each ID's length gives the next
+/// record's place), a pattern's places are known beforehand, so a table's
+/// cache lines are all asked for at once.
+#[derive(Debug, Clone)]
+pub struct IdsPattern {
+    /// The table's first `len` bytes as little-endian words, each with the
+    /// mask of the bytes compared (the last word padded with zeros).
+    words: Vec<(u64, u64)>,
+    len: usize,
+}
+
+impl IdsPattern {
+    /// The pattern of a table listing `ids`; `None` where no table can list
+    /// them: more IDs than `limits` lets a table hold.
+    pub fn new<'i>(ids: impl IntoIterator<Item = &'i [u8]>, limits: &Limits) -> Option<Self> {
+        let mut expected = magic::BUNDLE.to_vec();
+        let mut compared = vec![true; magic::BUNDLE.len()];
+        let mut count = 0u64;
+        expected.extend(0u64.to_le_bytes()); // the count, written below
+        compared.extend([true; 8]);
+        for id in ids {
+            count += 1;
+            // Offset and size: not compared.
+            expected.extend([0; 16]);
+            compared.extend([false; 16]);
+            expected.extend((id.len() as u64).to_le_bytes());
+            expected.extend(id);
+            compared.resize(expected.len(), true);
+        }
+        if count > limits.max_entries {
+            return None;
+        }
+        debug_assert_eq!(HEADER_LEN as usize, magic::BUNDLE.len() + 8);
+        debug_assert_eq!(ENTRY_FIXED_LEN, 24);
+        expected[magic::BUNDLE.len()..HEADER_LEN as usize].copy_from_slice(&count.to_le_bytes());
+        let words = expected
+            .chunks(8)
+            .zip(compared.chunks(8))
+            .map(|(bytes, compared)| {
+                let (mut word, mut mask) = ([0u8; 8], [0u8; 8]);
+                word[..bytes.len()].copy_from_slice(bytes);
+                for (m, &c) in mask.iter_mut().zip(compared) {
+                    *m = if c { 0xff } else { 0 };
+                }
+                (u64::from_le_bytes(word), u64::from_le_bytes(mask))
+            })
+            .collect();
+        Some(IdsPattern {
+            words,
+            len: expected.len(),
+        })
+    }
+
+    /// Whether the bundle whose table starts `prefix` lists the pattern's
+    /// IDs, in order, and nothing else.
+    pub fn matches(&self, prefix: &[u8]) -> bool {
+        let Some(table) = prefix.get(..self.len) else {
+            return false;
+        };
+        let full = table.chunks_exact(8);
+        let tail = full.remainder();
+        // Every word compared, with no early exit: the loads do not wait
+        // for one another.
+        let differ = full
+            .zip(&self.words)
+            .fold(0, |differ, (bytes, &(want, mask))| {
+                // Always 8 bytes: `chunks_exact`.
+                let word = u64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]));
+                differ | ((word ^ want) & mask)
+            });
+        // The last, short word, if any.
+        let tail_differ = self
+            .words
+            .get(self.len / 8)
+            .map_or(0, |&(want, mask)| (padded(tail) ^ want) & mask);
+        differ | tail_differ == 0
+    }
+}
+
+/// Up to 8 bytes as a little-endian word, padded with zeros.
+fn padded(bytes: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word[..bytes.len()].copy_from_slice(bytes);
+    u64::from_le_bytes(word)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundle::entry_ids;
+    use crate::bundle::tests::build;
+
+    const HOST: &str = "host-x86_64-unknown-linux-gnu-";
+    const GENERIC: &str = "hipv4-amdgcn-amd-amdhsa--gfx11-generic";
+    const GFX1100: &str = "hipv4-amdgcn-amd-amdhsa--gfx1100";
+    const GFX90A: &str = "hipv4-amdgcn-amd-amdhsa--gfx90a";
+
+    /// What the pattern must say: whether `entry_ids` reads exactly `ids`.
+    fn oracle(ids: &[&str], table: &[u8]) -> bool {
+        let Ok(read) = entry_ids(table, &Limits::default()) else {
+            return false;
+        };
+        read.map(|id| id.ok())
+            .eq(ids.iter().map(|id| Some(id.as_bytes())))
+    }
+
+    fn pattern(ids: &[&str]) -> IdsPattern {
+        IdsPattern::new(ids.iter().map(|id| id.as_bytes()), &Limits::default()).unwrap()
+    }
+
+    /// ID lists that differ from one another in every way a table can:
+    /// count, order, an ID's length, one byte, one a prefix of another.
+    fn lists() -> Vec<Vec<&'static str>> {
+        vec![
+            vec![],
+            vec![GFX1100],
+            vec![GENERIC, GFX1100],
+            vec![GFX1100, GENERIC],
+            vec![HOST, GENERIC, GFX1100, GFX90A],
+            vec![HOST, GENERIC, GFX1100, "hipv4-amdgcn-amd-amdhsa--gfx90b"],
+            vec![
+                HOST,
+                GENERIC,
+                GFX1100,
+                "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+",
+            ],
+            vec![HOST, GENERIC, GFX1100],
+            vec!["a", "b"],
+            vec!["ab"],
+            vec![""],
+        ]
+    }
+
+    #[test]
+    fn a_pattern_matches_exactly_the_tables_entry_ids_reads_its_ids_from() {
+        for table_ids in lists() {
+            let entries: Vec<(&str, &[u8])> =
+                table_ids.iter().map(|id| (*id, &b"code"[..])).collect();
+            for align in [1, 8, 4096] {
+                let table = build(&entries, align);
+                for ids in lists() {
+                    let want = oracle(&ids, &table);
+                    assert_eq!(want, ids == table_ids, "{ids:?} in {table_ids:?}");
+                    assert_eq!(
+                        pattern(&ids).matches(&table),
+                        want,
+                        "{ids:?} in {table_ids:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_byte_of_a_table_changed_is_judged_as_entry_ids_judges_it() {
+        let ids = [HOST, GENERIC, GFX1100, GFX90A];
+        let entries: Vec<(&str, &[u8])> = ids.iter().map(|id| (*id, &b"code"[..])).collect();
+        let table = build(&entries, 4096);
+        let p = pattern(&ids);
+        let table_end = 32 + ids.iter().map(|id| 24 + id.len()).sum::<usize>();
+        for at in 0..table_end + 8 {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut changed = table.clone();
+                changed[at] ^= flip;
+                assert_eq!(
+                    p.matches(&changed),
+                    oracle(&ids, &changed),
+                    "byte {at} ^ {flip:#x}"
+                );
+            }
+        }
+        // Cut anywhere: only a prefix holding the whole table matches.
+        for cut in 0..table_end + 8 {
+            let prefix = &table[..cut];
+            assert_eq!(p.matches(prefix), cut >= table_end, "cut at {cut}");
+            assert_eq!(p.matches(prefix), oracle(&ids, prefix), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn more_ids_than_a_table_may_hold_make_no_pattern() {
+        let limits = Limits {
+            max_entries: 2,
+            ..Limits::default()
+        };
+        let ids = [GENERIC.as_bytes(), GFX1100.as_bytes()];
+        assert!(IdsPattern::new(ids, &limits).is_some());
+        assert!(IdsPattern::new(ids.into_iter().chain([GFX90A.as_bytes()]), &limits).is_none());
+    }
+}
