@@ -35,6 +35,7 @@
 //! `query`.
 
 mod abi;
+mod chunked;
 mod cuda;
 mod error;
 mod fatbin;

@@ -20,6 +20,7 @@ use offload_loader::target::{OffloadKind, Vendor};
 use once_cell::race::OnceBox;
 use zerocopy::FromZeros;
 
+use crate::chunked::{place, FIRST};
 use crate::symbol_table::At;
 
 /// The language runtime a library registered through.
@@ -186,20 +187,12 @@ impl Slot {
     }
 }
 
-/// Chunk `k` holds `FIRST << k` slots; 48 chunks are more than an address
-/// space holds.
-const FIRST: usize = 64;
+/// Chunk `k` holds `FIRST << k` slots ([`crate::chunked`]); 48 chunks are
+/// more than an address space holds.
 const CHUNKS: usize = 48;
 
 static TABLE: [OnceBox<Vec<Slot>>; CHUNKS] = [const { OnceBox::new() }; CHUNKS];
 static NEXT: AtomicUsize = AtomicUsize::new(0);
-
-/// The chunk and the place in it of slot `id`.
-fn place(id: usize) -> (usize, usize) {
-    let n = id / FIRST + 1;
-    let chunk = (usize::BITS - 1 - n.leading_zeros()) as usize;
-    (chunk, id - FIRST * ((1 << chunk) - 1))
-}
 
 /// Appends a slot and returns its id: a fat binary's (`Fatbin`, or `Failed`
 /// with an empty range) or a descriptor's (`fatbin` is then `None`).
@@ -276,18 +269,7 @@ mod tests {
     }
 
     #[test]
-    fn chunks_double_and_ids_map_one_to_one() {
-        let mut seen = std::collections::HashSet::new();
-        for id in 0..FIRST * 40 {
-            let (chunk, at) = place(id);
-            assert!(at < FIRST << chunk, "{id}");
-            assert!(seen.insert((chunk, at)), "{id}");
-        }
-        assert_eq!(place(0), (0, 0));
-        assert_eq!(place(FIRST - 1), (0, FIRST - 1));
-        assert_eq!(place(FIRST), (1, 0));
-        assert_eq!(place(3 * FIRST), (2, 0));
-        // The last chunk ends past any number of registrations a process makes.
+    fn the_last_chunk_ends_past_any_number_of_registrations() {
         assert_eq!(place(FIRST * ((1 << CHUNKS) - 1) - 1).0, CHUNKS - 1);
     }
 }

@@ -1,11 +1,13 @@
 //! The symbols registered against every library, in one table owned by the
 //! registry (see [`crate::registry`]): a registration appends an entry (no
-//! hashing, and no allocation but the table's doubling), each library's
+//! hashing, and no allocation but a new chunk each time the table doubles:
+//! [`crate::chunked`], so no entry is ever copied), each library's
 //! entries chained from its last, which its slot keeps
 //! ([`crate::slots::Slot::last_symbol`]). An unregistered library's entries
 //! are reused by later registrations, so the table is as large as the most
 //! symbols registered at once, however many libraries come and go.
 
+use crate::chunked::Chunked;
 use crate::library::Symbol;
 
 /// Where an entry is: its index in the table.
@@ -24,7 +26,7 @@ const FREE: usize = usize::MAX;
 
 #[derive(Default)]
 pub(crate) struct SymbolTable {
-    entries: Vec<Entry>,
+    entries: Chunked<Entry>,
     /// The first free entry.
     free: Option<At>,
 }
@@ -41,10 +43,11 @@ impl SymbolTable {
             prev: last,
         };
         if let Some(at) = self.free {
-            let slot = &mut self.entries[at as usize];
-            self.free = slot.prev;
-            *slot = entry;
-            return Some(at);
+            if let Some(slot) = self.entries.get_mut(at as usize) {
+                self.free = slot.prev;
+                *slot = entry;
+                return Some(at);
+            }
         }
         let at = At::try_from(self.entries.len())
             .ok()

@@ -18,6 +18,8 @@
 
 #[path = "../../ffi/src/abi.rs"]
 mod abi;
+#[path = "../../ffi/src/chunked.rs"]
+mod chunked;
 #[path = "../../ffi/src/error.rs"]
 mod error;
 #[path = "../../ffi/src/fatbin.rs"]
