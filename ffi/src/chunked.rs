@@ -39,13 +39,16 @@ impl<T> Chunked<T> {
     pub(crate) fn push(&mut self, item: T) -> usize {
         let index = self.len;
         let (chunk, _) = place(index);
-        if chunk == self.chunks.len() {
-            self.chunks.push(Vec::with_capacity(FIRST << chunk));
-        }
-        // The chunk exists and has room: it holds `FIRST << chunk` items
-        // and every index before this one's place in it is written.
-        if let Some(items) = self.chunks.get_mut(chunk) {
-            items.push(item);
+        // Items are appended in index order, so the chunk is the last one
+        // (which has room: it holds `FIRST << chunk` items, every place
+        // before this one's written) or the next, made now.
+        match self.chunks.get_mut(chunk) {
+            Some(items) => items.push(item),
+            None => {
+                let mut items = Vec::with_capacity(FIRST << chunk);
+                items.push(item);
+                self.chunks.push(items);
+            }
         }
         self.len += 1;
         index
@@ -96,7 +99,8 @@ mod tests {
         assert_eq!(table.get(table.len()), None);
         *table.get_mut(5).unwrap() = 99;
         assert_eq!(table.get(5), Some(&99));
-        // No chunk grew past its size: none was moved.
+        // No chunk grew past the size it was made with (`with_capacity`
+        // allocates exactly that for a sized type, today): none was moved.
         assert!(table
             .chunks
             .iter()

@@ -42,7 +42,10 @@ impl SymbolTable {
             library,
             prev: last,
         };
-        if let Some(at) = self.free {
+        // The free list holds entries of the table only (`release` puts
+        // them there); were its head ever not one, the list is dropped
+        // rather than followed again.
+        if let Some(at) = self.free.take() {
             if let Some(slot) = self.entries.get_mut(at as usize) {
                 self.free = slot.prev;
                 *slot = entry;
@@ -148,5 +151,27 @@ mod tests {
             table.release(d);
         }
         assert_eq!(table.entries.len(), 12);
+    }
+
+    #[test]
+    fn chains_run_across_chunks() {
+        // Two libraries of 150 symbols each, registering in turns: their
+        // chains cross the table's first chunks (64, then 128 entries).
+        let mut table = SymbolTable::default();
+        let (mut a, mut b) = (None, None);
+        for host in 0..150 {
+            a = table.push(1, a, symbol(host));
+            b = table.push(2, b, symbol(1000 + host));
+        }
+        assert_eq!(hosts(&table, a), (0..150).collect::<Vec<_>>());
+        assert_eq!(hosts(&table, b), (1000..1150).collect::<Vec<_>>());
+        table.release(a);
+        let mut c = None;
+        for host in 0..150 {
+            c = table.push(3, c, symbol(2000 + host));
+        }
+        assert_eq!(table.entries.len(), 300, "every freed entry reused");
+        assert_eq!(hosts(&table, c), (2000..2150).collect::<Vec<_>>());
+        assert_eq!(hosts(&table, b), (1000..1150).collect::<Vec<_>>());
     }
 }

@@ -11,12 +11,15 @@ use libfuzzer_sys::fuzz_target;
 use offload_loader::bundle::{entry_ids, Bundle, BundleId, IdsPattern};
 use offload_loader::Limits;
 
-/// The IDs clang 22 writes for `--offload-arch=gfx11-generic,gfx1100,gfx90a`.
+/// The IDs clang 22 writes for `--offload-arch=gfx11-generic`,
+/// `gfx1100` and `gfx90a:xnack-`: the list of the seed
+/// (`corpus/bundle/plain`), so that its mutations land on both sides of
+/// the pattern's answer.
 const CLANG: [&[u8]; 4] = [
     b"host-x86_64-unknown-linux-gnu-",
     b"hipv4-amdgcn-amd-amdhsa--gfx11-generic",
     b"hipv4-amdgcn-amd-amdhsa--gfx1100",
-    b"hipv4-amdgcn-amd-amdhsa--gfx90a",
+    b"hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-",
 ];
 
 fuzz_target!(|data: &[u8]| {

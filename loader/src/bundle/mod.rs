@@ -163,9 +163,10 @@ pub struct EntryIds<'a> {
 
 /// Reads the entry IDs of the bundle whose table starts `prefix`, one at a
 /// time, without building the bundle: no allocation, and none of the checks
-/// [`Bundle::parse_table`] adds (code-object ranges, the IDs' encoding). For
-/// a caller that compares a table's IDs with IDs it already holds; a table
-/// whose IDs it does not know is for [`Bundle::parse_table`].
+/// [`Bundle::parse_table`] adds (code-object ranges, the IDs' encoding). A
+/// caller that asks whether tables list IDs it already holds compares them
+/// with an [`IdsPattern`] (tested against this reader); a table whose IDs
+/// it does not know is for [`Bundle::parse_table`].
 ///
 /// The header is checked as [`Bundle::parse_table`] checks it (the entry
 /// count against the limit and against what `prefix` can hold); each ID is

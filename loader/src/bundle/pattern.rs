@@ -7,6 +7,12 @@ use super::{ENTRY_FIXED_LEN, HEADER_LEN};
 use crate::limits::Limits;
 use crate::magic;
 
+/// The header's length: the magic, then the entry count.
+const HEADER: usize = HEADER_LEN as usize;
+// An entry's fixed fields as [`IdsPattern::new`] lays them out: offset and
+// size (16 bytes, not compared), then the ID's length (8).
+const _: () = assert!(magic::BUNDLE.len() + 8 == HEADER && ENTRY_FIXED_LEN == 16 + 8);
+
 /// The bytes that every table listing given entry IDs, in order, holds, at
 /// the places it holds them: the magic, the entry count, and each entry's ID
 /// length and ID (clang/docs/ClangOffloadBundler.rst; see [`super`]). Each
@@ -14,7 +20,8 @@ use crate::magic;
 /// looked at.
 ///
 /// [`IdsPattern::matches`] is true of a table exactly when
-/// [`super::entry_ids`] reads these IDs from it, and nothing more: but where
+/// [`super::entry_ids`], given the [`Limits`] the pattern was made with,
+/// reads these IDs from it, and nothing more: but where
 /// reading the IDs is a chain of loads (each ID's length gives the next
 /// record's place), a pattern's places are known beforehand, so a table's
 /// cache lines are all asked for at once.
@@ -30,26 +37,24 @@ impl IdsPattern {
     /// The pattern of a table listing `ids`; `None` where no table can list
     /// them: more IDs than `limits` lets a table hold.
     pub fn new<'i>(ids: impl IntoIterator<Item = &'i [u8]>, limits: &Limits) -> Option<Self> {
+        // The header: the magic, then the count (written below).
         let mut expected = magic::BUNDLE.to_vec();
-        let mut compared = vec![true; magic::BUNDLE.len()];
+        expected.resize(HEADER, 0);
+        let mut compared = vec![true; HEADER];
         let mut count = 0u64;
-        expected.extend(0u64.to_le_bytes()); // the count, written below
-        compared.extend([true; 8]);
         for id in ids {
             count += 1;
-            // Offset and size: not compared.
-            expected.extend([0; 16]);
-            compared.extend([false; 16]);
+            if count > limits.max_entries {
+                return None;
+            }
+            // Offset and size, not compared; the ID's length; the ID.
+            expected.resize(expected.len() + 16, 0);
+            compared.resize(compared.len() + 16, false);
             expected.extend((id.len() as u64).to_le_bytes());
             expected.extend(id);
             compared.resize(expected.len(), true);
         }
-        if count > limits.max_entries {
-            return None;
-        }
-        debug_assert_eq!(HEADER_LEN as usize, magic::BUNDLE.len() + 8);
-        debug_assert_eq!(ENTRY_FIXED_LEN, 24);
-        expected[magic::BUNDLE.len()..HEADER_LEN as usize].copy_from_slice(&count.to_le_bytes());
+        expected[magic::BUNDLE.len()..HEADER].copy_from_slice(&count.to_le_bytes());
         let words = expected
             .chunks(8)
             .zip(compared.chunks(8))
@@ -90,7 +95,7 @@ impl IdsPattern {
             .words
             .get(self.len / 8)
             .map_or(0, |&(want, mask)| (padded(tail) ^ want) & mask);
-        differ | tail_differ == 0
+        (differ | tail_differ) == 0
     }
 }
 
