@@ -168,9 +168,15 @@ mod tests {
     /// `lea` aimed at 0x9000: the sweep decodes `48 8d 48 8d` and `05 d32`
     /// (`lea rcx, [rax - 0x73]`, `add eax, imm32`) and misses it.
     fn code_with(first: [u8; 2]) -> Vec<u8> {
-        let lea_end = 0x1000u64 + 4 + 7;
-        let disp = (0x9000u64 - lea_end) as u32;
-        let mut bytes = first.to_vec();
+        code_after(first.to_vec())
+    }
+
+    /// `before`, then the two data bytes and the `lea` of [`code_with`].
+    fn code_after(before: Vec<u8>) -> Vec<u8> {
+        let lea_end = 0x1000i64 + before.len() as i64 + 2 + 7;
+        // Backwards where `before` is long.
+        let disp = (0x9000 - lea_end) as i32;
+        let mut bytes = before;
         bytes.extend([0x48, 0x8d, 0x48, 0x8d, 0x05]);
         bytes.extend(disp.to_le_bytes());
         bytes.push(0xc3);
@@ -201,5 +207,24 @@ mod tests {
         // Nothing branches there: bytes the sweep reads otherwise are not
         // taken for code.
         assert_eq!(found(&code_with([0x90, 0x90])), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn near_branches_are_found_wherever_they_lie() {
+        // `jmp rel32`, `call rel32` and `je rel32` over the two data bytes.
+        let jmp = vec![0xe9, 0x02, 0, 0, 0];
+        let call = vec![0xe8, 0x02, 0, 0, 0];
+        let je = vec![0x0f, 0x84, 0x02, 0, 0, 0];
+        for branch in [jmp, call, je] {
+            assert_eq!(found(&code_after(branch.clone())), [0x9000], "{branch:x?}");
+            // Far into the code, after runs of `nop`s, where the search is
+            // split between threads: the opcode just before 64 KiB (its
+            // displacement after) and just after.
+            for nops in [(1 << 16) - 3, (1 << 16) + 1] {
+                let mut late = vec![0x90; nops];
+                late.extend(&branch);
+                assert_eq!(found(&code_after(late)), [0x9000], "{branch:x?} at {nops}");
+            }
+        }
     }
 }
