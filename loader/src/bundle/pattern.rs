@@ -40,7 +40,8 @@ impl IdsPattern {
         // The header: the magic, then the count (written below).
         let mut expected = magic::BUNDLE.to_vec();
         expected.resize(HEADER, 0);
-        let mut compared = vec![true; HEADER];
+        // 0xff where a byte is compared, 0 where not.
+        let mut mask = vec![0xff; HEADER];
         let mut count = 0u64;
         for id in ids {
             count += 1;
@@ -49,23 +50,16 @@ impl IdsPattern {
             }
             // Offset and size, not compared; the ID's length; the ID.
             expected.resize(expected.len() + 16, 0);
-            compared.resize(compared.len() + 16, false);
+            mask.resize(mask.len() + 16, 0);
             expected.extend((id.len() as u64).to_le_bytes());
             expected.extend(id);
-            compared.resize(expected.len(), true);
+            mask.resize(expected.len(), 0xff);
         }
         expected[magic::BUNDLE.len()..HEADER].copy_from_slice(&count.to_le_bytes());
         let words = expected
             .chunks(8)
-            .zip(compared.chunks(8))
-            .map(|(bytes, compared)| {
-                let (mut word, mut mask) = ([0u8; 8], [0u8; 8]);
-                word[..bytes.len()].copy_from_slice(bytes);
-                for (m, &c) in mask.iter_mut().zip(compared) {
-                    *m = if c { 0xff } else { 0 };
-                }
-                (u64::from_le_bytes(word), u64::from_le_bytes(mask))
-            })
+            .zip(mask.chunks(8))
+            .map(|(bytes, mask)| (padded(bytes), padded(mask)))
             .collect();
         Some(IdsPattern {
             words,
