@@ -607,7 +607,7 @@ fn outside<'h>(
 }
 
 /// [`magic::next_container`] from `pos`, in the bytes outside `holes`.
-fn next_outside(section: &[u8], pos: usize, holes: &[(usize, usize)]) -> Option<usize> {
+pub(crate) fn next_outside(section: &[u8], pos: usize, holes: &[(usize, usize)]) -> Option<usize> {
     outside(section, pos, holes)
         .find_map(|run| magic::next_container(&section[..run.end], run.start))
 }

@@ -216,7 +216,7 @@ fn containers_around<'a>(
         .collect();
     let scanned = each.map(scans, |(embedded, section)| {
         let found = if embedded {
-            embedded_scan(data, section, limits)
+            embedded_scan(data, section, holes, limits)
         } else {
             Some(section_scan(data, section, holes, limits))
         };
@@ -263,15 +263,18 @@ fn section_scan<'a>(
     }
 }
 
-/// The containers found among the other bytes of a section, if any.
+/// The containers found among the other bytes of a section, if any, its
+/// `holes` passed over.
 fn embedded_scan<'a>(
     data: &'a [u8],
     section: OffloadSection,
+    holes: &Holes,
     limits: &Limits,
 ) -> Option<SectionContainers<'a>> {
     let start = section.file_offset as usize;
     let bytes = &data[start..start + section.size as usize];
-    let found = super::embedded::find(bytes, limits);
+    let holes = holes.within(section.file_offset, section.size);
+    let found = super::embedded::find(bytes, &holes, limits);
     (!found.is_empty()).then(|| SectionContainers {
         containers: found
             .into_iter()
