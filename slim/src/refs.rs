@@ -273,25 +273,35 @@ impl<'a> Words<'a> {
         if taken.load(Ordering::Relaxed) > limit {
             return found;
         }
+        // Reads the place at `at`: `false` once the limit is passed.
+        let mut visit = |at: usize| -> bool {
+            if !self.may_name(s, at) {
+                return true;
+            }
+            let Some(hit) = self.place(s, at) else {
+                return true;
+            };
+            if keep(&hit) {
+                if taken.fetch_add(1, Ordering::Relaxed) >= limit {
+                    return false;
+                }
+                found.push(hit);
+            }
+            true
+        };
         let stride = self.stride();
-        let mut near = [false; WORD_BLOCK];
+        let mut near = [0u8; WORD_BLOCK];
         let mut from = at.start;
         while from < at.end {
             let n = (at.end - from).div_ceil(stride).min(WORD_BLOCK);
-            let sifted = self.sift(s, from, &mut near[..n]);
-            for (k, &near) in near[..n].iter().enumerate() {
-                let at = from + k * stride;
-                if (sifted && !near) || !self.may_name(s, at) {
-                    continue;
-                }
-                let Some(hit) = self.place(s, at) else {
-                    continue;
-                };
-                if keep(&hit) {
-                    if taken.fetch_add(1, Ordering::Relaxed) >= limit {
-                        return found;
-                    }
-                    found.push(hit);
+            let places = if self.sift(s, from, &mut near[..n]) {
+                flagged(&near[..n])
+            } else {
+                (0..n).collect()
+            };
+            for k in places {
+                if !visit(from + k * stride) {
+                    return found;
                 }
             }
             from += n * stride;
@@ -310,39 +320,45 @@ impl<'a> Words<'a> {
         }
     }
 
-    /// `near[k]`: whether the words at place `from + k * stride` of `s` may
-    /// name a bound or a start by the spans of the sieves alone, each
-    /// place compared as [`Words::may_name`] compares it, with no branch
-    /// and no lookup (the compiler vectorizes it): a superset of the places
-    /// it keeps. `false` where the block's last word runs past the section,
-    /// and nothing sifted.
-    fn sift(&self, s: Loaded<'_>, from: usize, near: &mut [bool]) -> bool {
-        match self.stride() {
-            1 => self.sift_by::<1>(s, from, near),
-            _ => self.sift_by::<4>(s, from, near),
-        }
-    }
-
-    /// [`Words::sift`] with places `STRIDE` bytes apart.
-    fn sift_by<const STRIDE: usize>(&self, s: Loaded<'_>, from: usize, near: &mut [bool]) -> bool {
+    /// `near[k]`: 1 where the words at place `from + k * stride` of `s` may
+    /// name a bound or a start, else 0; `false` where the block's last
+    /// 4-byte word runs past the section, and nothing sifted.
+    ///
+    /// Each reading [`Words::may_name`] makes is compared in its low 32
+    /// bits, by the sieves' spans: a value `v` from `lo` to `lo + span`
+    /// has `(v - lo) mod 2^32 <= span` (a span of 2^32 or more lets every
+    /// word through), and the low 32 bits of an 8-byte word, absolute or
+    /// added to its address, are those of its first four bytes. So one
+    /// 32-bit compare per reading, with no branch and no lookup (the
+    /// compiler vectorizes it), keeps a superset of the places it names.
+    fn sift(&self, s: Loaded<'_>, from: usize, near: &mut [u8]) -> bool {
         let Some(last) = near.len().checked_sub(1) else {
             return true;
         };
-        let Some(block) = s.bytes.get(from..from + last * STRIDE + 8) else {
+        let Some(block) = s.bytes.get(from..from + last * self.stride() + 4) else {
             return false;
         };
-        let (bound, start) = (&self.near_bound, &self.near_start);
+        let low = |sieve: &Sieve| (sieve.lo as u32, sieve.span.min(u64::from(u32::MAX)) as u32);
+        let (bound_lo, bound_span) = low(&self.near_bound);
+        let (start_lo, start_span) = low(&self.near_start);
         let (fixed, program_data) = (self.fixed, s.program_data);
-        let first = s.addr.wrapping_add(from as u64);
-        let words = block.windows(8).step_by(STRIDE);
-        for (k, (near, w)) in near.iter_mut().zip(words).enumerate() {
-            let w8 = u64::from_le_bytes(w.try_into().unwrap_or_default());
-            let w4 = w8 as u32;
-            let here = first.wrapping_add((k * STRIDE) as u64);
-            let absolute = bound.spans(w8) | start.spans(u64::from(w4));
-            let relative = start.spans(here.wrapping_add(w4 as i32 as i64 as u64))
-                | start.spans(here.wrapping_add(w8));
-            *near = (fixed & absolute) | (program_data & relative);
+        // A place's address, less the least start, in its low 32 bits.
+        let first = (s.addr.wrapping_add(from as u64) as u32).wrapping_sub(start_lo);
+        let flag = |k: usize, stride: usize, w: &[u8]| -> u8 {
+            let x = u32::from_le_bytes(w.try_into().unwrap_or_default());
+            let absolute =
+                (x.wrapping_sub(bound_lo) <= bound_span) | (x.wrapping_sub(start_lo) <= start_span);
+            let relative = first.wrapping_add((k * stride) as u32).wrapping_add(x) <= start_span;
+            u8::from((fixed & absolute) | (program_data & relative))
+        };
+        if self.fixed {
+            for (k, (near, w)) in near.iter_mut().zip(block.windows(4)).enumerate() {
+                *near = flag(k, 1, w);
+            }
+        } else {
+            for (k, (near, w)) in near.iter_mut().zip(block.chunks_exact(4)).enumerate() {
+                *near = flag(k, 4, w);
+            }
         }
         true
     }
@@ -405,19 +421,38 @@ impl<'a> Words<'a> {
     }
 }
 
+/// The indices of the places `near` flags (1), in order: eight flags read
+/// as one word, most of them zero.
+fn flagged(near: &[u8]) -> Vec<usize> {
+    let mut places = Vec::new();
+    for (w, eight) in near.chunks(8).enumerate() {
+        let mut word = [0u8; 8];
+        word[..eight.len()].copy_from_slice(eight);
+        let mut bits = u64::from_le_bytes(word);
+        while bits != 0 {
+            places.push(w * 8 + (bits.trailing_zeros() / 8) as usize);
+            bits &= bits - 1;
+        }
+    }
+    places
+}
+
 /// Which stretches of addresses hold one of some values: a bitmap of at
 /// most [`Sieve::BITS`] bits from the least value to the greatest, each bit
 /// for 64 bytes or more, so that most words are told to name none of the
-/// values without a search.
+/// values without a search; before it, one of at most [`Sieve::COARSE`]
+/// bits (8 KiB, in the first level cache), so that most are told so
+/// without a miss.
 struct Sieve {
     lo: u64,
     span: u64,
-    shift: u32,
-    bits: Vec<u64>,
+    coarse: Bitmap,
+    fine: Bitmap,
 }
 
 impl Sieve {
     const BITS: u64 = 1 << 23;
+    const COARSE: u64 = 1 << 16;
 
     /// The sieve of `values`.
     fn new(values: &[u64]) -> Sieve {
@@ -425,40 +460,53 @@ impl Sieve {
             return Sieve {
                 lo: 0,
                 span: 0,
-                shift: 6,
-                bits: Vec::new(),
+                coarse: Bitmap::default(),
+                fine: Bitmap::default(),
             };
         };
         let span = hi - lo;
-        let mut shift = 6;
-        while span >> shift >= Self::BITS {
-            shift += 1;
-        }
-        let mut bits = vec![0u64; ((span >> shift) / 64 + 1) as usize];
-        for &v in values {
-            let i = (v - lo) >> shift;
-            bits[(i / 64) as usize] |= 1 << (i % 64);
-        }
+        let offsets: Vec<u64> = values.iter().map(|&v| v - lo).collect();
         Sieve {
             lo,
             span,
-            shift,
-            bits,
+            coarse: Bitmap::new(&offsets, span, Self::COARSE),
+            fine: Bitmap::new(&offsets, span, Self::BITS),
         }
-    }
-
-    /// Whether `v` lies from the least value to the greatest: `false`
-    /// only where [`Sieve::may_hold`] is.
-    fn spans(&self, v: u64) -> bool {
-        v.wrapping_sub(self.lo) <= self.span
     }
 
     /// Whether `v` may be one of the values: `false` only where it is not.
     fn may_hold(&self, v: u64) -> bool {
         let d = v.wrapping_sub(self.lo);
-        if d > self.span {
-            return false;
+        d <= self.span && self.coarse.has(d) && self.fine.has(d)
+    }
+}
+
+/// Which stretches of offsets from 0 hold one of some: a bit for each
+/// `1 << shift` of them.
+#[derive(Default)]
+struct Bitmap {
+    shift: u32,
+    bits: Vec<u64>,
+}
+
+impl Bitmap {
+    /// The bitmap of `offsets` (none over `span`), of at most `most` bits,
+    /// each for 64 offsets or more.
+    fn new(offsets: &[u64], span: u64, most: u64) -> Bitmap {
+        let mut shift = 6;
+        while span >> shift >= most {
+            shift += 1;
         }
+        let mut bits = vec![0u64; ((span >> shift) / 64 + 1) as usize];
+        for &d in offsets {
+            let i = d >> shift;
+            bits[(i / 64) as usize] |= 1 << (i % 64);
+        }
+        Bitmap { shift, bits }
+    }
+
+    /// Whether the stretch of offset `d` holds one.
+    fn has(&self, d: u64) -> bool {
         let i = d >> self.shift;
         self.bits
             .get((i / 64) as usize)
@@ -654,17 +702,14 @@ impl<'d> Scan<'d> {
         // program data, at 4-byte alignment at least: only those places
         // are read.
         let (fixed, aarch64) = (self.file.fixed, self.file.machine == elf::EM_AARCH64);
+        let stride = words.stride();
         let chunks: Vec<(Loaded<'_>, usize, usize)> = self
             .file
             .loaded()
             .filter(|s| !s.code || (aarch64 && fixed))
             .filter(|s| fixed || s.program_data)
             .flat_map(|s| {
-                let first = if fixed {
-                    0
-                } else {
-                    s.addr.wrapping_neg() as usize % 4
-                };
+                let first = s.addr.wrapping_neg() as usize % stride;
                 let len = s.bytes.len();
                 (first..len.max(first))
                     .step_by(WORD_CHUNK)
@@ -1094,15 +1139,30 @@ mod tests {
     #[test]
     fn sifted_words_are_those_each_place_names() {
         let addr = 0x40_0000u64;
-        // Near the words, and more than 4 GiB away (where only 8-byte
-        // words reach: a 4-byte word's low bits name a place below them).
-        let mut starts: Vec<u64> = (0..40)
-            .map(|i| addr + 0x2_0000 + i * 0x1_0010)
-            .chain((0..20).map(|i| addr + 0x2_0000_0000 - 0x10_0000 - i * 0x1_0010))
-            .collect();
-        starts.sort_unstable();
-        let mut bounds: Vec<u64> = starts.iter().flat_map(|&v| [v, v + 0x800]).collect();
-        bounds.sort_unstable();
+        let near: Vec<u64> = (0..40).map(|i| addr + 0x2_0000 + i * 0x1_0010).collect();
+        // More than 4 GiB away, where only 8-byte words reach (a 4-byte
+        // word's low bits name no start), and a span whose low 32 bits are
+        // less than the near starts'.
+        let far = (0..20).map(|i| addr + 0x1_0000_0000 + 0x10_0000 + i * 0x1_0010);
+        let mut wide: Vec<u64> = near.iter().copied().chain(far).collect();
+        wide.sort_unstable();
+        let ends = |starts: &[u64]| starts.iter().map(|&v| v + 0x800).collect::<Vec<u64>>();
+        let both = |starts: &[u64]| {
+            let mut b: Vec<u64> = starts.iter().copied().chain(ends(starts)).collect();
+            b.sort_unstable();
+            b
+        };
+        // Spans over 4 GiB, under it, and bounds that are not the starts.
+        for (starts, bounds) in [
+            (wide.clone(), both(&wide)),
+            (near.clone(), both(&near)),
+            (near.clone(), ends(&near)),
+        ] {
+            words_read_as_each_place(addr, &starts, &bounds);
+        }
+    }
+
+    fn words_read_as_each_place(addr: u64, starts: &[u64], bounds: &[u64]) {
         for len in [5, 8, 4096 + 13, 3 * WORD_BLOCK * 4 + 7] {
             let mut bytes = noise(len, 97);
             for (i, at) in (0..len.saturating_sub(7)).step_by(61).enumerate() {
@@ -1123,10 +1183,10 @@ mod tests {
             for fixed in [false, true] {
                 for program_data in [true, false] {
                     let words = Words {
-                        bounds: &bounds,
-                        starts: &starts,
-                        near_bound: Sieve::new(&bounds),
-                        near_start: Sieve::new(&starts),
+                        bounds,
+                        starts,
+                        near_bound: Sieve::new(bounds),
+                        near_start: Sieve::new(starts),
                         fixed,
                     };
                     let section = Loaded {
@@ -1172,7 +1232,8 @@ mod tests {
         ] {
             let sieve = Sieve::new(&values);
             assert!(values.iter().all(|&v| sieve.may_hold(v)));
-            assert!(sieve.bits.len() as u64 * 64 <= 2 * Sieve::BITS);
+            assert!(sieve.fine.bits.len() as u64 * 64 <= 2 * Sieve::BITS);
+            assert!(sieve.coarse.bits.len() as u64 * 64 <= 2 * Sieve::COARSE);
             let (lo, hi) = (values[0], *values.last().unwrap());
             let others = (lo.saturating_sub(1 << 20)..hi + (1 << 20))
                 .step_by(step as usize)
