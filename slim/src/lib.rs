@@ -416,16 +416,17 @@ fn file_output<'a>(
 ) -> Option<Output<'a>> {
     let mut output = None;
     let mut in_place = Vec::new();
+    let gpu = gpu_code(sections, 0..data.len() as u64);
     for c in candidates {
         let s = &sections[c.section].section;
         let name = labels[c.section].clone();
         if c.in_place.is_some() {
-            let rewritten = rewrite(data, s.file_offset, s.size, c);
+            let rewritten = rewrite(data, s.file_offset, s.size, c, &gpu);
             in_place.push((name, s.file_offset, rewritten));
         } else if output.is_some() {
             done.deferred.push(name);
         } else {
-            let compacted = rewrite(data, s.file_offset, s.size, c);
+            let compacted = rewrite(data, s.file_offset, s.size, c, &gpu);
             output = done.record(name, s.file_offset, compacted);
         }
     }
@@ -496,7 +497,8 @@ fn archive_output<'a>(
             continue;
         }
         let bytes = &data[m.data as usize..(m.data + m.size) as usize];
-        let compacted = rewrite(bytes, s.file_offset - m.data, s.size, c);
+        let gpu = gpu_code(sections, m.data..m.data + m.size);
+        let compacted = rewrite(bytes, s.file_offset - m.data, s.size, c, &gpu);
         if let Some(out) = done.record(name, s.file_offset, compacted) {
             new.insert(mi, out);
         }
@@ -513,6 +515,22 @@ fn archive_output<'a>(
             None
         }
     }
+}
+
+/// The ranges `(offset, length)` of the containers read in `sections` that
+/// lie in `within` (a whole file, or an archive member), relative to its
+/// start, in order: the GPU code a compaction's search for host data words
+/// passes over.
+fn gpu_code(sections: &[SectionContainers<'_>], within: std::ops::Range<u64>) -> Vec<(u64, u64)> {
+    let mut gpu: Vec<(u64, u64)> = sections
+        .iter()
+        .flat_map(|s| s.containers.iter().flatten())
+        .map(|c| (c.offset(), c.len()))
+        .filter(|&(o, l)| within.start <= o && o.saturating_add(l) <= within.end)
+        .map(|(o, l)| (o - within.start, l))
+        .collect();
+    gpu.sort_unstable();
+    gpu
 }
 
 /// A section's new bytes.
@@ -533,12 +551,14 @@ enum Compacted<'a> {
 
 /// `data` (a whole file or an archive member) with the section of `c` at
 /// `offset` rewritten: compacted, or, for containers among host data, where
-/// they stand.
+/// they stand. `gpu`: the ranges of `data` that containers hold, in order
+/// ([`gpu_code`]).
 fn rewrite<'a>(
     data: &'a [u8],
     offset: u64,
     size: u64,
     c: Candidate<'a>,
+    gpu: &[(u64, u64)],
 ) -> Result<Option<Compacted<'a>>, Unsafe> {
     if data.starts_with(b"\x7fELF") {
         // What changes: the containers among host data, or the whole
@@ -564,7 +584,7 @@ fn rewrite<'a>(
             Unsafe::new(why),
         );
     }
-    compact(data, offset, size, c.placed, c.in_place_bytes)
+    compact(data, offset, size, c.placed, c.in_place_bytes, gpu)
 }
 
 /// `data` (a whole file or an archive member) with its section at `offset`
@@ -578,12 +598,13 @@ fn compact<'a>(
     size: u64,
     placed: Vec<elf::Placed<'a>>,
     in_place: Vec<Result<container::InPlace<'a>, &'static str>>,
+    gpu: &[(u64, u64)],
 ) -> Result<Option<Compacted<'a>>, Unsafe> {
     if offset == 0 && size == data.len() as u64 && !data.starts_with(b"\x7fELF") {
         return Ok(Some(Compacted::Packed(raw(placed), None)));
     }
     let mut placed = placed;
-    match elf::compact(data, offset, size, &mut placed) {
+    match elf::compact(data, offset, size, &mut placed, gpu) {
         Ok(packed) => Ok(packed.map(|(out, pinned)| Compacted::Packed(out, pinned))),
         Err(why) if why.in_place => holes(data, offset, size, placed, in_place, why),
         Err(why) => Err(why),

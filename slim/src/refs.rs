@@ -117,6 +117,12 @@ pub(crate) struct File<'d> {
     pub fixed: bool,
     /// The section that would move (skipped: its own bytes are GPU code).
     pub index: usize,
+    /// The file ranges `(offset, length)` of the containers in other
+    /// sections, in order, apart: GPU code and its headers, which the
+    /// driver reads and the host program takes no address from, so no
+    /// data word of the host's lies in them ([`Scan::word_hits`] passes
+    /// over them).
+    pub gpu: Vec<(u64, u64)>,
     /// The section name table (`e_shstrndx`), where it can be read.
     pub names: Option<StringTable<'d>>,
 }
@@ -151,6 +157,29 @@ const FORMAT_TABLES: [&[u8]; 5] = [
 ];
 
 impl<'d> File<'d> {
+    /// The offsets of section `s` outside [`File::gpu`], as runs.
+    fn host_data(&self, s: Loaded<'_>) -> Vec<std::ops::Range<usize>> {
+        let (lo, hi) = (s.offset, s.offset.saturating_add(s.bytes.len() as u64));
+        let first = self
+            .gpu
+            .partition_point(|&(o, l)| o.saturating_add(l) <= lo);
+        let mut runs = Vec::new();
+        let mut at = lo;
+        for &(o, l) in self.gpu.get(first..).unwrap_or_default() {
+            if o >= hi {
+                break;
+            }
+            if o > at {
+                runs.push((at - lo) as usize..(o - lo) as usize);
+            }
+            at = at.max(o.saturating_add(l));
+        }
+        if at < hi {
+            runs.push((at - lo) as usize..(hi - lo) as usize);
+        }
+        runs
+    }
+
     /// Section `s`'s name, where the section name table holds it.
     fn name(&self, s: &elf::SectionHeader64<LE>) -> Option<&'d [u8]> {
         s.name(self.endian, self.names?).ok()
@@ -625,12 +654,14 @@ impl<'d> Scan<'d> {
     /// a container names nothing a program uses, and matching whole ranges
     /// (or words of x86 code, whose bytes are as good as random) would take
     /// every file for one with references. Some words match by chance (in
-    /// the NVIDIA libraries measured, a `.rodata` word of cuBLASLt 12 and
-    /// 13, NCCL 2.32, cuSPARSELt 0.8, cuDNN 9.28 and jax's
-    /// `xla_cuda_plugin.so` reads as a self-relative pointer to a
+    /// the libraries measured, words of cuBLASLt 12's `.rodata` and of jax's
+    /// `xla_cuda_plugin.so` read as a self-relative pointer to a
     /// container's start): the model cannot tell them from references, so
     /// each is taken as one, and the container it names keeps its place
-    /// (pinned by the caller) rather than the file its compaction.
+    /// (pinned by the caller) rather than the file its compaction. The
+    /// bytes of containers in other sections are not read ([`File::gpu`]):
+    /// in NCCL 2.32 and cuSPARSELt 0.8 every such match was one, and pinned
+    /// containers for GPU code, which names no host address.
     pub(crate) fn exact_words(
         &self,
         all: (&[u64], &[u64]),
@@ -702,6 +733,8 @@ impl<'d> Scan<'d> {
         // program data, at 4-byte alignment at least: only those places
         // are read.
         let (fixed, aarch64) = (self.file.fixed, self.file.machine == elf::EM_AARCH64);
+        // The containers among a section's data (cuBLASLt's 162 MB of fat
+        // binaries in `.cask_resource`) are passed over.
         let stride = words.stride();
         let chunks: Vec<(Loaded<'_>, usize, usize)> = self
             .file
@@ -709,11 +742,13 @@ impl<'d> Scan<'d> {
             .filter(|s| !s.code || (aarch64 && fixed))
             .filter(|s| fixed || s.program_data)
             .flat_map(|s| {
-                let first = s.addr.wrapping_neg() as usize % stride;
-                let len = s.bytes.len();
-                (first..len.max(first))
-                    .step_by(WORD_CHUNK)
-                    .map(move |at| (s, at, len.min(at + WORD_CHUNK)))
+                self.file.host_data(s).into_iter().flat_map(move |run| {
+                    let here = s.addr.wrapping_add(run.start as u64);
+                    let first = run.start + here.wrapping_neg() as usize % stride;
+                    (first..run.end.max(first))
+                        .step_by(WORD_CHUNK)
+                        .map(move |at| (s, at, run.end.min(at + WORD_CHUNK)))
+                })
             })
             .collect();
         // Every chunk counts what it keeps in `taken`, and stops once the
@@ -1219,6 +1254,100 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A section header for the tests: `PROGBITS`, loaded.
+    fn progbits(flags: u32, addr: u64, offset: u64, size: u64) -> elf::SectionHeader64<LE> {
+        use object::{U32, U64};
+        elf::SectionHeader64 {
+            sh_name: U32::new(LE, 0),
+            sh_type: U32::new(LE, elf::SHT_PROGBITS),
+            sh_flags: U64::new(LE, u64::from(elf::SHF_ALLOC | flags)),
+            sh_addr: U64::new(LE, addr),
+            sh_offset: U64::new(LE, offset),
+            sh_size: U64::new(LE, size),
+            sh_link: U32::new(LE, 0),
+            sh_info: U32::new(LE, 0),
+            sh_addralign: U64::new(LE, 8),
+            sh_entsize: U64::new(LE, 0),
+        }
+    }
+
+    /// The runs of a section outside the GPU code: around ranges before
+    /// it, inside it, across its ends and after it.
+    #[test]
+    fn host_data_runs_around_gpu_code() {
+        let data = vec![0u8; 0x1000];
+        let runs = |gpu: Vec<(u64, u64)>| {
+            let file = File {
+                data: &data,
+                shdrs: &[],
+                endian: LE,
+                machine: elf::EM_X86_64,
+                fixed: false,
+                index: 0,
+                gpu,
+                names: None,
+            };
+            let s = Loaded {
+                index: 1,
+                bytes: &data[..300],
+                addr: 0x1000,
+                offset: 120,
+                code: false,
+                program_data: true,
+            };
+            let runs = file.host_data(s);
+            runs.into_iter()
+                .map(|r| (r.start, r.end))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(runs(vec![]), [(0, 300)]);
+        assert_eq!(runs(vec![(0, 10), (500, 10)]), [(0, 300)]);
+        assert_eq!(
+            runs(vec![(100, 50), (160, 10), (300, 1000)]),
+            [(30, 40), (50, 180)]
+        );
+        assert_eq!(runs(vec![(120, 300)]), []);
+        assert_eq!(runs(vec![(130, 10), (410, 100)]), [(0, 10), (20, 290)]);
+    }
+
+    /// The search for data words passes over the containers among the
+    /// data: a self-relative word there names nothing; the same word
+    /// outside them does.
+    #[test]
+    fn words_in_gpu_code_are_not_read() {
+        let mut data = vec![0u8; 0x3000];
+        let shdrs = [
+            progbits(0, 0, 0, 0),
+            progbits(elf::SHF_WRITE, 0x1_0000, 0x1000, 0x1000),
+            progbits(0, 0x2_0000, 0x2000, 0x1000),
+        ];
+        // At 0x1_0100 (file 0x1100) and 0x1_0840 (file 0x1840, in a
+        // container), `.long start - .`.
+        let starts = [0x2_0040u64, 0x2_0080];
+        for (at, to) in [(0x1100u64, starts[0]), (0x1840, starts[1])] {
+            let word = to.wrapping_sub(0x1_0000 + at - 0x1000) as u32;
+            data[at as usize..at as usize + 4].copy_from_slice(&word.to_le_bytes());
+        }
+        let found = |gpu: Vec<(u64, u64)>| -> Vec<u64> {
+            let file = File {
+                data: &data,
+                shdrs: &shdrs,
+                endian: LE,
+                machine: elf::EM_X86_64,
+                fixed: false,
+                index: 2,
+                gpu,
+                names: None,
+            };
+            let scan = Scan::new(file, &[(0x2_0000, 0x2_1000)]);
+            let (hits, complete) = scan.word_hits(&starts, &starts, None, MAX_WORD_HITS);
+            assert!(complete);
+            hits.iter().map(|h| h.offset).collect()
+        };
+        assert_eq!(found(vec![]), [0x1100, 0x1840]);
+        assert_eq!(found(vec![(0x1800, 0x100)]), [0x1100]);
     }
 
     /// A sieve holds every value it was made of, and tells most others

@@ -79,12 +79,14 @@ use target::*;
 /// in its way go), the patches every reference into the moving bytes needs
 /// (or the reason there is one that cannot be patched), and the bytes
 /// written from both. The result is checked against the original by code
-/// that shares none of this (`compare`).
+/// that shares none of this (`compare`). `gpu`: the file ranges of the
+/// containers in other sections, in order (no host data word lies there).
 pub fn compact<'a>(
     data: &'a [u8],
     offset: u64,
     size: u64,
     containers: &mut [Placed<'a>],
+    gpu: &[(u64, u64)],
 ) -> Result<Option<(Output<'a>, Option<Pinned>)>, Unsafe> {
     let t = Target::parse(data, offset, size)?;
     let Some(map) = Map::plan(&t, containers, &[]) else {
@@ -115,7 +117,7 @@ pub fn compact<'a>(
             // kept from the last plan's scan.
             let next = match scan.take() {
                 Some((_, last)) => last.for_ranges(&together),
-                None => t.scan(&together),
+                None => t.scan(&together, gpu),
             };
             scan = Some((together.clone(), next));
         }

@@ -147,8 +147,9 @@ impl<'a> Target<'a> {
     }
 
     /// The scan for references no relocation describes, into the
-    /// `together` ranges (searched for at once) or any other.
-    pub(super) fn scan(&self, together: &[(u64, u64)]) -> refs::Scan<'a> {
+    /// `together` ranges (searched for at once) or any other; `gpu`: the
+    /// file ranges of containers in other sections ([`refs::File::gpu`]).
+    pub(super) fn scan(&self, together: &[(u64, u64)], gpu: &[(u64, u64)]) -> refs::Scan<'a> {
         let file = refs::File {
             data: self.data,
             shdrs: self.shdrs,
@@ -156,6 +157,7 @@ impl<'a> Target<'a> {
             machine: self.machine,
             fixed: self.kind == elf::ET_EXEC,
             index: self.index,
+            gpu: gpu.to_vec(),
             names: self.names,
         };
         refs::Scan::new(file, together)
