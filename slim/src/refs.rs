@@ -1350,6 +1350,27 @@ mod tests {
         assert_eq!(found(vec![(0x1800, 0x100)]), [0x1100]);
     }
 
+    /// A `movabs` is found wherever it lies: across the edges of the eight
+    /// places looked at at once and of the pieces read in parallel.
+    #[test]
+    fn gotoff_finds_a_movabs_at_every_edge() {
+        let got = 0x40_0000u64;
+        let range = Range {
+            start: got + 0x1000,
+            end: got + 0x1fff,
+        };
+        let edges = [8, 4096, GOTOFF_CHUNK];
+        for at in edges.into_iter().flat_map(|e| [e - 2, e - 1, e, e + 1]) {
+            let mut bytes = vec![0x90u8; GOTOFF_CHUNK + 4096];
+            // movabs $0x1234, %rax
+            bytes[at..at + 10].copy_from_slice(&[0x48, 0xb8, 0x34, 0x12, 0, 0, 0, 0, 0, 0]);
+            let mut found = Vec::new();
+            x86_64_gotoff(&bytes, 0x1000, got, range, &mut found);
+            let from: Vec<u64> = found.iter().map(|r| r.from).collect();
+            assert_eq!(from, [0x1000 + at as u64], "{at}");
+        }
+    }
+
     /// A sieve holds every value it was made of, and tells most others
     /// apart, wide or narrow.
     #[test]
