@@ -264,7 +264,7 @@ impl Map {
         base: u64,
         point: Point,
     ) -> Result<Option<u64>, Unsafe> {
-        if value < base || value - base > self.old_size {
+        if !self.covers(value, base) {
             return Ok(None);
         }
         // The section's end is where the next section starts: a pointer of
@@ -280,6 +280,12 @@ impl Map {
                     "something points to {value:#x}, which has no place in the result (inside a rewritten container, in one that goes, or where two places meet)"
                 ))
             })
+    }
+
+    /// Whether `value` lies in the section at `base`, its end included:
+    /// where [`Map::remap_as`] has anything to say of it.
+    pub(super) fn covers(&self, value: u64, base: u64) -> bool {
+        value >= base && value - base <= self.old_size
     }
 
     pub(super) fn remap(&self, value: u64, base: u64) -> Result<Option<u64>, Unsafe> {

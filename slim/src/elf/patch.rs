@@ -46,8 +46,9 @@ pub(super) fn absolute_type(machine: u16, ty: u32) -> bool {
 /// value `new_value`; 0 for a relative one) may lie in the section: its
 /// addend made `new target - new_value`, and the word the linker also wrote
 /// at `place` (ld.bfd does, lld does not) when it held the old target.
-/// Whether it pointed into the section.
-#[allow(clippy::too_many_arguments)]
+/// Whether it pointed into the section. What `place` is (a wrapper's
+/// field, [`Target::points_at`]) is looked up only for a target in the
+/// section: most of a library's relocations are elsewhere.
 pub(super) fn relocate(
     t: &Target<'_>,
     map: &Map,
@@ -56,9 +57,11 @@ pub(super) fn relocate(
     place: u64,
     new_value: u64,
     target: u64,
-    point: Point,
 ) -> Result<bool, Unsafe> {
-    let Some(new) = map.remap_as(target, t.addr, point)? else {
+    if !map.covers(target, t.addr) {
+        return Ok(false);
+    }
+    let Some(new) = map.remap_as(target, t.addr, t.points_at(place))? else {
         return Ok(false);
     };
     patches.u64(at + 16, new.wrapping_sub(new_value));
@@ -128,7 +131,7 @@ pub(super) fn patch_references(
                     let Some(f) = file_offset(place) else {
                         continue;
                     };
-                    if let Some(value) = word(f) {
+                    if let Some(value) = word(f).filter(|&v| map.covers(v, addr)) {
                         if let Some(new) = map.remap_as(value, addr, t.points_at(place))? {
                             patches.u64(f, new);
                             referenced += 1;
@@ -270,7 +273,7 @@ pub(super) fn patch_relocations(
             continue;
         }
         let rewritten = if Some(ty) == relative && sym == 0 {
-            relocate(t, map, patches, at, place, 0, addend, t.points_at(place))?
+            relocate(t, map, patches, at, place, 0, addend)?
         } else if sym == 0 {
             // An addend alone (IRELATIVE: a resolver's address).
             if map.remap(addend, addr)?.is_some() {
@@ -299,16 +302,7 @@ pub(super) fn patch_relocations(
                 } else {
                     value
                 };
-                relocate(
-                    t,
-                    map,
-                    patches,
-                    at,
-                    place,
-                    new_value,
-                    target,
-                    t.points_at(place),
-                )?
+                relocate(t, map, patches, at, place, new_value, target)?
             } else {
                 return Err(unsafe_(format!(
                     "a relocation of type {ty} at {place:#x} refers to {target:#x} in the section, and is not rewritten"
