@@ -468,6 +468,13 @@ impl Map {
         let mut among_host_data = Vec::new();
         let mut moved = Vec::new();
         let mut sections = Vec::new();
+        // Thousands of containers, each looked up by its offset (the first
+        // of an offset, as a search in order finds it).
+        let mut new_at: HashMap<u64, u64> = HashMap::new();
+        for k in kept {
+            new_at.entry(k.old).or_insert(k.new);
+        }
+        let read_back = by_offset(after.iter().flat_map(|s| s.containers.iter().flatten()));
         for (i, &j) in pairs.iter().enumerate() {
             let (os, ns) = (&old.shdrs[i], &new.shdrs[j]);
             // A section of host data with containers in it is compared as
@@ -494,14 +501,14 @@ impl Map {
                     os.sh_size(LE)
                 };
                 for c in embedded_in(before, of, file_size) {
-                    let k = kept
-                        .iter()
-                        .find(|k| k.old == c.offset())
-                        .ok_or("a container among host data is not in the result")?;
-                    let nc = after
-                        .iter()
-                        .flat_map(|s| s.containers.iter().flatten())
-                        .find(|n| n.offset() == k.new)
+                    let k = Kept {
+                        old: c.offset(),
+                        new: *new_at
+                            .get(&c.offset())
+                            .ok_or("a container among host data is not in the result")?,
+                    };
+                    let nc = read_back
+                        .get(&k.new)
                         .ok_or("a container among host data was not read back")?;
                     let (oa, na) = (
                         place(old, i).wrapping_add(c.offset().wrapping_sub(of)),
@@ -529,15 +536,16 @@ impl Map {
             let (ob, nb) = (place(old, i), place(new, j));
             let (of, nf) = (b.section.file_offset, a.section.file_offset);
             let mut containers = Vec::new();
+            let (ours, here) = (
+                by_offset(b.containers.iter().flatten()),
+                by_offset(a.containers.iter().flatten()),
+            );
             for k in kept {
-                let Some(oc) = b.containers.iter().flatten().find(|c| c.offset() == k.old) else {
+                let Some(oc) = ours.get(&k.old) else {
                     continue;
                 };
-                let nc = a
-                    .containers
-                    .iter()
-                    .flatten()
-                    .find(|c| c.offset() == k.new)
+                let nc = here
+                    .get(&k.new)
                     .ok_or("a kept container is not in the result")?;
                 let (ol, nl) = (oc.len(), nc.len());
                 let same = ol == nl
@@ -1098,6 +1106,17 @@ fn memory(
         }
     }
     Ok(())
+}
+
+/// `containers` by their offsets, the first of each offset kept.
+fn by_offset<'c, 'a: 'c>(
+    containers: impl Iterator<Item = &'c offload_loader::Container<'a>>,
+) -> HashMap<u64, &'c offload_loader::Container<'a>> {
+    let mut at = HashMap::new();
+    for c in containers {
+        at.entry(c.offset()).or_insert(c);
+    }
+    at
 }
 
 /// Where the section header table of `f` is loaded (address and length),
