@@ -323,12 +323,10 @@ impl<'a> Words<'a> {
         let mut from = at.start;
         while from < at.end {
             let n = (at.end - from).div_ceil(stride).min(WORD_BLOCK);
-            let places = if self.sift(s, from, &mut near[..n]) {
-                flagged(&near[..n])
-            } else {
-                (0..n).collect()
-            };
-            for k in places {
+            if !self.sift(s, from, &mut near[..n]) {
+                near[..n].fill(1);
+            }
+            for k in flagged(&near[..n]) {
                 if !visit(from + k * stride) {
                     return found;
                 }
@@ -450,20 +448,28 @@ impl<'a> Words<'a> {
     }
 }
 
-/// The indices of the places `near` flags (1), in order: eight flags read
+/// The indices of the places `flags` marks (1), in order: eight flags read
 /// as one word, most of them zero.
-fn flagged(near: &[u8]) -> Vec<usize> {
-    let mut places = Vec::new();
-    for (w, eight) in near.chunks(8).enumerate() {
+fn flagged(flags: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    let eights = flags.chunks_exact(8);
+    let rest = eights.remainder();
+    let last = (!rest.is_empty()).then(|| {
         let mut word = [0u8; 8];
-        word[..eight.len()].copy_from_slice(eight);
-        let mut bits = u64::from_le_bytes(word);
-        while bits != 0 {
-            places.push(w * 8 + (bits.trailing_zeros() / 8) as usize);
-            bits &= bits - 1;
-        }
-    }
-    places
+        word[..rest.len()].copy_from_slice(rest);
+        word
+    });
+    eights
+        .map(|eight| eight.try_into().unwrap_or_default())
+        .chain(last)
+        .enumerate()
+        .flat_map(|(w, word)| {
+            let mut bits = u64::from_le_bytes(word);
+            std::iter::from_fn(move || {
+                let lane = (bits != 0).then(|| w * 8 + (bits.trailing_zeros() / 8) as usize);
+                bits &= bits.wrapping_sub(1);
+                lane
+            })
+        })
 }
 
 /// Which stretches of addresses hold one of some values: a bitmap of at
@@ -498,8 +504,8 @@ impl Sieve {
         Sieve {
             lo,
             span,
-            coarse: Bitmap::new(&offsets, span, Self::COARSE),
-            fine: Bitmap::new(&offsets, span, Self::BITS),
+            coarse: Bitmap::new(offsets.iter().copied(), span, Self::COARSE),
+            fine: Bitmap::new(offsets, span, Self::BITS),
         }
     }
 
@@ -519,15 +525,15 @@ struct Bitmap {
 }
 
 impl Bitmap {
-    /// The bitmap of `offsets` (none over `span`), of at most `most` bits,
-    /// each for 64 offsets or more.
-    fn new(offsets: &[u64], span: u64, most: u64) -> Bitmap {
+    /// The bitmap of `offsets` up to `span` (those over it are left out),
+    /// of at most `most` bits, each for 64 offsets or more.
+    fn new(offsets: impl IntoIterator<Item = u64>, span: u64, most: u64) -> Bitmap {
         let mut shift = 6;
         while span >> shift >= most {
             shift += 1;
         }
         let mut bits = vec![0u64; ((span >> shift) / 64 + 1) as usize];
-        for &d in offsets {
+        for d in offsets.into_iter().filter(|&d| d <= span) {
             let i = d >> shift;
             bits[(i / 64) as usize] |= 1 << (i % 64);
         }

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use iced_x86::{Decoder, DecoderOptions, Instruction, OpKind, Register};
 use rayon::prelude::*;
 
-use super::{Kind, Range, Reference, MAX};
+use super::{flagged, Kind, Range, Reference, MAX};
 
 mod branches;
 
@@ -179,16 +179,7 @@ impl Code<'_> {
                 continue;
             }
             self.sift(p, &mut sifted);
-            for (w, word) in sifted.chunks_exact(8).enumerate() {
-                let mut bytes = u64::from_le_bytes(word.try_into().unwrap_or_default());
-                while bytes != 0 {
-                    let q = p + w * 8 + (bytes.trailing_zeros() / 8) as usize;
-                    bytes &= bytes - 1;
-                    if self.reaches(q) {
-                        places.push(q);
-                    }
-                }
-            }
+            places.extend(flagged(&sifted).map(|k| p + k).filter(|&q| self.reaches(q)));
             p += SIFT;
         }
         // 8-bit branches: every offset from which a range is in reach.

@@ -18,6 +18,7 @@ use std::collections::HashSet;
 use iced_x86::Instruction;
 use rayon::prelude::*;
 
+use super::super::{flagged, Bitmap};
 use super::{Code, Found, Kind, Reference, BACK, LONGEST};
 
 /// How many instructions are decoded from a branch target before giving up
@@ -132,14 +133,7 @@ impl Code<'_> {
                 *o =
                     u8::from(x & 0xfe == 0xe8) | (u8::from(x == 0x0f) & u8::from(y & 0xf0 == 0x80));
             }
-            for (w, word) in opens.chunks_exact(8).enumerate() {
-                let mut bits = u64::from_le_bytes(word.try_into().unwrap_or_default());
-                while bits != 0 {
-                    let at = p + w * 8 + (bits.trailing_zeros() / 8) as usize;
-                    bits &= bits - 1;
-                    found.extend(near(at));
-                }
-            }
+            found.extend(flagged(&opens).filter_map(|k| near(p + k)));
             p += BRANCH_BLOCK;
         }
         found
@@ -222,34 +216,22 @@ const BRANCH_BLOCK: usize = 4096;
 /// search of the sorted offsets.
 struct Offsets {
     sorted: Vec<usize>,
-    lines: Vec<u64>,
+    lines: Bitmap,
 }
 
 impl Offsets {
-    /// Bytes per bit of the bitmap.
-    const LINE: u32 = 6;
-
     /// The set of `sorted` (ascending), offsets into code `len` bytes
     /// long; offsets past it are never asked about.
     fn new(sorted: Vec<usize>, len: usize) -> Offsets {
         debug_assert!(sorted.windows(2).all(|w| w[0] < w[1]));
-        let mut lines = vec![0u64; (len >> Self::LINE) / 64 + 1];
-        for &o in &sorted {
-            let line = o >> Self::LINE;
-            if let Some(word) = lines.get_mut(line / 64) {
-                *word |= 1 << (line % 64);
-            }
-        }
+        // A bit for each 64 bytes: no bound on the bits.
+        let lines = Bitmap::new(sorted.iter().map(|&o| o as u64), len as u64, u64::MAX);
         Offsets { sorted, lines }
     }
 
     /// Whether `o` is in the set.
     fn contains(&self, o: usize) -> bool {
-        let line = o >> Self::LINE;
-        self.lines
-            .get(line / 64)
-            .is_some_and(|w| w >> (line % 64) & 1 == 1)
-            && self.sorted.binary_search(&o).is_ok()
+        self.lines.has(o as u64) && self.sorted.binary_search(&o).is_ok()
     }
 
     /// The target of a branch at offset `at`, `len` bytes long with
