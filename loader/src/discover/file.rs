@@ -37,7 +37,33 @@ impl MappedFile {
     pub fn open(path: impl AsRef<Path>) -> Result<MappedFile, FileError> {
         let path = path.as_ref().to_path_buf();
         let (file, meta) = open_regular(&path)?;
-        map(path, &file, &meta)
+        map(path, &file, &meta, 0, meta.len())
+    }
+
+    /// Maps the `len` bytes of `path` from `offset` read-only: a file that
+    /// lies inside another (a member of a tar stream), read as if it were
+    /// whole, its offsets counted from its start. A part that runs past the
+    /// file's end is an error.
+    pub fn open_part(
+        path: impl AsRef<Path>,
+        offset: u64,
+        len: u64,
+    ) -> Result<MappedFile, FileError> {
+        let path = path.as_ref().to_path_buf();
+        let (file, meta) = open_regular(&path)?;
+        if offset.checked_add(len).is_none_or(|end| end > meta.len()) {
+            return Err(FileError {
+                path,
+                kind: FileErrorKind::Io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "{len} bytes from offset {offset} run past its end ({} bytes)",
+                        meta.len()
+                    ),
+                )),
+            });
+        }
+        map(path, &file, &meta, offset, len)
     }
 
     /// Maps `path` only if it may hold offload code: a raw container or
@@ -68,7 +94,7 @@ impl MappedFile {
         let maybe = quick::may_hold_offload_code(&file, head, &kind);
         if maybe {
             let meta = regular(&path, &file)?;
-            return map(path, &file, &meta).map(Some);
+            return map(path, &file, &meta, 0, meta.len()).map(Some);
         }
         match kind {
             Ok(FileKind::Elf64 | FileKind::Archive) => Ok(None),
@@ -371,13 +397,15 @@ fn regular(path: &Path, file: &std::fs::File) -> Result<std::fs::Metadata, FileE
     Ok(meta)
 }
 
-/// Maps `file` (of metadata `meta`) read-only.
+/// Maps the `len` bytes of `file` (of metadata `meta`) from `offset`,
+/// which lie in it, read-only.
 fn map(
     path: PathBuf,
     file: &std::fs::File,
     meta: &std::fs::Metadata,
+    offset: u64,
+    len: u64,
 ) -> Result<MappedFile, FileError> {
-    let len = meta.len();
     let map = if len == 0 {
         None
     } else {
@@ -385,7 +413,13 @@ fn map(
         // process truncating the file while it is mapped would fault on
         // access; that is the accepted risk of mapping, as for any
         // memory-mapped reader (the dynamic loader takes the same one).
-        let map = unsafe { memmap2::MmapOptions::new().len(len as usize).map(file) };
+        // (memmap2 maps from the page the offset is in.)
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(offset)
+                .len(len as usize)
+                .map(file)
+        };
         let map = map.map_err(|e| FileError {
             path: path.clone(),
             kind: FileErrorKind::Io(e),
@@ -403,7 +437,7 @@ fn map(
     Ok(MappedFile {
         path,
         map,
-        holes: Holes::of(file, meta),
+        holes: Holes::of(file, meta).part(offset, len),
     })
 }
 
@@ -618,6 +652,8 @@ fn archive_sections(data: &[u8]) -> Result<Vec<OffloadSection>, FileErrorKind> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
+    use std::os::unix::fs::FileExt;
 
     #[test]
     fn sections_far_past_the_end_are_errors_not_panics() {
@@ -659,5 +695,52 @@ mod tests {
         // The driver gets the text with its NUL.
         assert_eq!(c.image_bytes(0).unwrap().last(), Some(&0));
         assert!(offload_sections(b"just text").is_err());
+    }
+
+    /// A part of a file (a tar member: at an offset that is not a page's)
+    /// maps to its own bytes, its holes as its own, and is scanned as those
+    /// bytes read whole; a part past the end is an error.
+    #[test]
+    fn a_part_of_a_file_is_mapped_and_scanned_as_its_bytes() {
+        let section = crate::container::tests::sparse_section();
+        let path = std::env::temp_dir().join(format!("part-{}.tar", std::process::id()));
+        let file = File::create(&path).unwrap();
+        // 41 512-byte blocks before it (as tar headers and their extensions
+        // put them: more than a page, not on one), zeros after it.
+        let at = 41 * 512;
+        file.write_all_at(&[0x55; 41 * 512], 0).unwrap();
+        let len = section.len() as u64;
+        file.set_len(at + len + 70_000).unwrap();
+        for (i, chunk) in section.chunks(4096).enumerate() {
+            if chunk.iter().any(|&b| b != 0) {
+                file.write_all_at(chunk, at + (i * 4096) as u64).unwrap();
+            }
+        }
+        file.sync_all().unwrap();
+        let part = MappedFile::open_part(&path, at, len).unwrap();
+        assert_eq!(part.bytes(), &section[..]);
+        let holes = part.holes.within(0, len);
+        for &(a, b) in &holes {
+            assert!(a < b && b <= section.len(), "{holes:?}");
+            assert!(section[a..b].iter().all(|&x| x == 0));
+        }
+        let limits = Limits::default();
+        let read = containers(&section, &limits).unwrap();
+        let scanned = part.containers(&limits).unwrap();
+        assert_eq!(format!("{scanned:?}"), format!("{read:?}"));
+        assert_eq!(scanned[0].containers.len(), 4);
+        let whole = MappedFile::open(&path).unwrap();
+        assert_eq!(
+            &whole.bytes()[at as usize..(at + len) as usize],
+            &section[..]
+        );
+        assert!(MappedFile::open_part(&path, at, len + 70_001).is_err());
+        assert!(MappedFile::open_part(&path, u64::MAX, 2).is_err());
+        assert!(MappedFile::open_part(&path, at + len + 70_000, 0)
+            .unwrap()
+            .bytes()
+            .is_empty());
+        drop((part, whole));
+        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -58,6 +58,17 @@ impl Holes {
         Holes(holes)
     }
 
+    /// The holes of the part `start..start + len` of the file, as that
+    /// part's own.
+    pub(crate) fn part(&self, start: u64, len: u64) -> Holes {
+        Holes(
+            self.within(start, len)
+                .into_iter()
+                .map(|(a, b)| (a as u64, b as u64))
+                .collect(),
+        )
+    }
+
     /// The holes within `start..start + len`, relative to `start`.
     pub(crate) fn within(&self, start: u64, len: u64) -> Vec<(usize, usize)> {
         let end = start.saturating_add(len);
