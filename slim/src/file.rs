@@ -145,11 +145,22 @@ pub fn install_sigbus_guard() -> Result<(), GuardError> {
 
 /// Slims `path` for `options` into `destination`.
 pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> FileReport {
+    slim_part(path, None, options, destination)
+}
+
+/// [`slim_file`], or with `part` (offset, length) the file that those bytes
+/// of `path` are (a tar stream's member, slimmed where it lies).
+pub(crate) fn slim_part(
+    path: &Path,
+    part: Option<(u64, u64)>,
+    options: &Options,
+    destination: &Destination,
+) -> FileReport {
     let mut report = FileReport {
         path: path.to_path_buf(),
         ..FileReport::default()
     };
-    match Input::open(path) {
+    match Input::open(path, part) {
         Ok(input) => {
             let guard = guard::register(input.map().bytes());
             let source = Source {
@@ -1265,7 +1276,7 @@ mod tests {
             chosen: &plan.chosen,
             containers: &report.containers,
         };
-        let input = Input::open(&path).unwrap();
+        let input = Input::open(&path, None).unwrap();
         let guard = guard::register(input.map().bytes());
         let source = Source {
             input: &input,
@@ -1347,7 +1358,7 @@ mod tests {
                 "gfx90a:xnack- where hipv4-amdgcn-amd-amdhsa--gfx1100 was to stay",
             ),
         ];
-        let input = Input::open(&path).unwrap();
+        let input = Input::open(&path, None).unwrap();
         let guard = guard::register(input.map().bytes());
         let source = Source {
             input: &input,

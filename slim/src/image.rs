@@ -3,10 +3,11 @@
 //! named as skopeo names them.
 //!
 //! Each layer that holds GPU code is inflated once into a scratch file; its
-//! files of GPU code are slimmed as [`slim_file`] slims a file (in
-//! parallel) and the layer written again, every other byte of its tar
-//! stream as it was (headers with owner, mode, times, xattrs and links;
-//! whiteouts), compressed as it was. A layer in which nothing changes is
+//! files of GPU code are slimmed where they lie in it, as
+//! [`slim_file`](crate::file::slim_file) slims a file (in parallel), and
+//! the layer written again, every other byte of its tar stream as it was
+//! (headers with owner, mode, times, xattrs and links; whiteouts),
+//! compressed as it was. A layer in which nothing changes is
 //! kept by digest, never compressed again. The config's `diff_ids` and the
 //! manifest's descriptors follow the new layers; the config's history gains
 //! an entry saying what was done, and the manifest annotations naming the
@@ -31,7 +32,7 @@ use offload_loader::discover::file::offload_sections;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
-use crate::file::{slim_file, Destination, FileReport, Options};
+use crate::file::{slim_part, Destination, FileReport, Options};
 use layer::{Entry, Kind};
 use sink::{Blob, Out};
 use source::Layer;
@@ -244,25 +245,19 @@ fn slim_layer(
     let results: Vec<(FileReport, PathBuf)> = gpu
         .par_iter()
         .map(|&(i, e)| {
-            let input = scratch.join(format!("{index}-{i}.in"));
             let output = scratch.join(format!("{index}-{i}.out"));
-            let data = &bytes[e.data as usize..(e.data + e.size) as usize];
-            let mut r = match fs::write(&input, data) {
-                Ok(()) if e.pax_size => {
-                    let mut r = slim_file(&input, options, &Destination::DryRun);
-                    r.notes.push(
-                        "left as it is: its size is in a PAX record, which is not rewritten".into(),
-                    );
-                    r
-                }
-                Ok(()) if dry_run => slim_file(&input, options, &Destination::DryRun),
-                Ok(()) => slim_file(&input, options, &Destination::To(output.clone())),
-                Err(err) => FileReport {
-                    error: Some(err.to_string()),
-                    ..FileReport::default()
-                },
+            // Slimmed where it lies in the inflated stream, not copied out.
+            let slim = |to| slim_part(tar.path(), Some((e.data, e.size)), options, to);
+            let mut r = if e.pax_size {
+                let mut r = slim(&Destination::DryRun);
+                r.notes
+                    .push("left as it is: its size is in a PAX record, which is not rewritten".into());
+                r
+            } else if dry_run {
+                slim(&Destination::DryRun)
+            } else {
+                slim(&Destination::To(output.clone()))
             };
-            let _ = fs::remove_file(&input);
             r.path = PathBuf::from(format!("{image}!/{}", e.path));
             r.notes.push(format!("in layer {index} ({})", l.digest));
             if r.other_gpus.take().is_some() {
@@ -545,7 +540,7 @@ impl Drop for Scratch {
 /// removed when this is dropped.
 struct Inflated {
     tar: offload_loader::MappedFile,
-    _remove: Remove,
+    scratch: Remove,
 }
 
 impl Inflated {
@@ -556,8 +551,13 @@ impl Inflated {
         let tar = layer::inflate(l.bytes(), &l.digest, l.diff_id.as_deref(), &remove.0)?;
         Ok(Inflated {
             tar,
-            _remove: remove,
+            scratch: remove,
         })
+    }
+
+    /// The scratch file.
+    fn path(&self) -> &Path {
+        &self.scratch.0
     }
 
     /// The tar stream.

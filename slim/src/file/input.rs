@@ -69,9 +69,11 @@ pub struct Input {
 }
 
 impl Input {
-    /// Maps `path`, and records what it is. A file replaced between the
-    /// open and the map is an error.
-    pub fn open(path: &Path) -> Result<Input, InputError> {
+    /// Maps `path`, or with `part` (offset, length) only those bytes of it
+    /// (a file inside another, a tar stream's member, slimmed as if it were
+    /// whole), and records what it is. A file replaced between the open
+    /// and the map is an error.
+    pub fn open(path: &Path, part: Option<(u64, u64)>) -> Result<Input, InputError> {
         // Without blocking: a pipe would wait for a writer (MappedFile then
         // refuses it).
         let file = std::fs::OpenOptions::new()
@@ -79,7 +81,11 @@ impl Input {
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| InputError::Open(format!("{}: {e}", path.display())))?;
-        let map = MappedFile::open(path).map_err(|e| InputError::Open(e.to_string()))?;
+        let map = match part {
+            None => MappedFile::open(path),
+            Some((offset, len)) => MappedFile::open_part(path, offset, len),
+        };
+        let map = map.map_err(|e| InputError::Open(e.to_string()))?;
         let m = file
             .metadata()
             .map_err(|e| InputError::Open(format!("{}: {e}", path.display())))?;
@@ -90,7 +96,8 @@ impl Input {
             map,
             before,
         };
-        if input.map.bytes().len() as u64 != before.size {
+        let size = part.map_or(before.size, |(_, len)| len);
+        if input.map.bytes().len() as u64 != size {
             return Err(InputError::Changed("its size is not the size mapped"));
         }
         input.same_file()?;
