@@ -38,7 +38,7 @@ use crate::{ContainerReport, Layout, Outcome};
 pub use copy::{copy_file, keep_directory, link_name, symlink_name, Copied, CopyError, How};
 pub use guard::GuardError;
 use guard::Registration;
-use input::Input;
+use input::{Input, InputError};
 use keep::Strictness;
 pub use other::OtherGpus;
 pub use temp::is_temporary;
@@ -149,7 +149,8 @@ pub fn slim_file(path: &Path, options: &Options, destination: &Destination) -> F
 }
 
 /// [`slim_file`], or with `part` (offset, length) the file that those bytes
-/// of `path` are (a tar stream's member, slimmed where it lies).
+/// of `path` are (a tar stream's member, slimmed where it lies), into a
+/// file of its own or not at all: it has none to replace in place.
 pub(crate) fn slim_part(
     path: &Path,
     part: Option<(u64, u64)>,
@@ -160,7 +161,15 @@ pub(crate) fn slim_part(
         path: path.to_path_buf(),
         ..FileReport::default()
     };
-    match Input::open(path, part) {
+    let in_place = matches!(destination, Destination::InPlace { .. });
+    let input = match part {
+        Some(_) if in_place => Err(InputError::Open(format!(
+            "{}: a part of a file is not slimmed in place",
+            path.display()
+        ))),
+        _ => Input::open(path, part),
+    };
+    match input {
         Ok(input) => {
             let guard = guard::register(input.map().bytes());
             let source = Source {
@@ -1180,6 +1189,53 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    /// A file that lies inside another (a tar member, 41 blocks in) is
+    /// slimmed as that file alone would be, into a file of its own; in
+    /// place it is refused, and the file holding it is left as it was.
+    #[test]
+    fn a_part_of_a_file_is_slimmed_as_the_file_alone() {
+        let dir = scratch("part");
+        let alone = dir.join("alone.bundle");
+        fs::write(&alone, BUNDLE).unwrap();
+        let mut holder = vec![0x55u8; 41 * 512];
+        holder.extend(BUNDLE);
+        holder.extend([0u8; 1000]);
+        let tar = dir.join("layer.tar");
+        fs::write(&tar, &holder).unwrap();
+        let part = Some((41 * 512, BUNDLE.len() as u64));
+        let (a, b) = (dir.join("a.out"), dir.join("b.out"));
+        let from_alone = slim_file(&alone, &options(), &Destination::To(a.clone()));
+        let from_part = slim_part(&tar, part, &options(), &Destination::To(b.clone()));
+        assert!(
+            from_part.written && from_part.error.is_none(),
+            "{from_part:?}"
+        );
+        assert_eq!(fs::read(&a).unwrap(), fs::read(&b).unwrap());
+        assert!(fs::read(&b).unwrap().len() < BUNDLE.len());
+        assert_eq!(
+            (
+                from_part.before,
+                from_part.after,
+                from_part.containers.len()
+            ),
+            (
+                from_alone.before,
+                from_alone.after,
+                from_alone.containers.len()
+            )
+        );
+        let in_place = Destination::InPlace {
+            also: Vec::new(),
+            remove_other_gpus: false,
+        };
+        let refused = slim_part(&tar, part, &options(), &in_place);
+        assert!(refused
+            .error
+            .is_some_and(|e| e.contains("not slimmed in place")));
+        assert_eq!(fs::read(&tar).unwrap(), holder);
+        let _ = fs::remove_dir_all(&dir);
     }
 
     /// A linked program: ld.bfd's PIE with three bundles in `.hip_fatbin`
