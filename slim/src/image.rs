@@ -235,7 +235,7 @@ fn slim_layer(
     scratch: &Path,
     dry_run: bool,
 ) -> Result<Slimmed, String> {
-    let tar = Inflated::new(l, scratch.join(format!("{index}.tar")))?;
+    let tar = Tar::open(l, scratch.join(format!("{index}.tar")))?;
     let (bytes, entries) = (tar.bytes(), tar.entries(l)?);
     let gpu: Vec<(usize, &Entry)> = entries
         .iter()
@@ -246,8 +246,9 @@ fn slim_layer(
         .par_iter()
         .map(|&(i, e)| {
             let output = scratch.join(format!("{index}-{i}.out"));
-            // Slimmed where it lies in the inflated stream, not copied out.
-            let slim = |to| slim_part(tar.path(), Some((e.data, e.size)), options, to);
+            // Slimmed where it lies in the stream, not copied out.
+            let (file, offset, size) = tar.part_of(e);
+            let slim = |to| slim_part(file, Some((offset, size)), options, to);
             let mut r = if e.pax_size {
                 let mut r = slim(&Destination::DryRun);
                 r.notes
@@ -391,7 +392,7 @@ pub fn gpu_files(source: &Reference, dir: &Path) -> Result<Vec<PathBuf>, String>
     let mut view: BTreeMap<String, Node> = BTreeMap::new();
     let mut files: Vec<PathBuf> = Vec::new();
     for (index, l) in image.layers.iter().enumerate() {
-        let tar = Inflated::new(l, scratch.0.join(format!("{index}.tar")))?;
+        let tar = Tar::open(l, scratch.0.join(format!("{index}.tar")))?;
         let (bytes, entries) = (tar.bytes(), tar.entries(l)?);
         for e in entries.iter().filter(|e| e.kind == Kind::Whiteout) {
             whiteout(&mut view, &e.path);
@@ -536,33 +537,54 @@ impl Drop for Scratch {
     }
 }
 
-/// A layer's tar stream inflated into a scratch file, mapped; the file is
-/// removed when this is dropped.
-struct Inflated {
-    tar: offload_loader::MappedFile,
-    scratch: Remove,
+/// A layer's tar stream: its blob itself where that is not compressed
+/// (read where it lies, in the layout's blob or the archive), else the
+/// blob inflated into a scratch file, removed when this is dropped.
+enum Tar {
+    Blob(Layer),
+    Inflated {
+        tar: offload_loader::MappedFile,
+        _scratch: Remove,
+    },
 }
 
-impl Inflated {
-    /// Layer `l` inflated into `path`, its digests checked.
-    fn new(l: &Layer, path: PathBuf) -> Result<Inflated, String> {
+impl Tar {
+    /// Layer `l`'s stream (inflated into `path` if it must be), its
+    /// digests checked.
+    fn open(l: &Layer, path: PathBuf) -> Result<Tar, String> {
+        if layer::Compression::of(l.bytes()) == layer::Compression::None {
+            layer::check_plain(l.bytes(), &l.digest, l.diff_id.as_deref())?;
+            return Ok(Tar::Blob(l.clone()));
+        }
         // Removed whether or not the inflation completes.
         let remove = Remove(path);
         let tar = layer::inflate(l.bytes(), &l.digest, l.diff_id.as_deref(), &remove.0)?;
-        Ok(Inflated {
+        Ok(Tar::Inflated {
             tar,
-            scratch: remove,
+            _scratch: remove,
         })
     }
 
-    /// The scratch file.
-    fn path(&self) -> &Path {
-        &self.scratch.0
+    /// The file the stream lies in, and where in it the stream starts.
+    fn place(&self) -> (&Path, u64) {
+        match self {
+            Tar::Blob(l) => (l.file.path(), l.at as u64),
+            Tar::Inflated { tar, .. } => (tar.path(), 0),
+        }
+    }
+
+    /// The file entry `e`'s data lies in, and where: (file, offset, size).
+    fn part_of(&self, e: &Entry) -> (&Path, u64, u64) {
+        let (file, at) = self.place();
+        (file, at + e.data, e.size)
     }
 
     /// The tar stream.
     fn bytes(&self) -> &[u8] {
-        self.tar.bytes()
+        match self {
+            Tar::Blob(l) => l.bytes(),
+            Tar::Inflated { tar, .. } => tar.bytes(),
+        }
     }
 
     /// The stream's entries (`l`: the layer, named in errors).

@@ -1,5 +1,6 @@
 //! One layer: a tar stream (OCI image specification, `layer.md`), perhaps
-//! compressed. It is inflated once into a scratch file, its entries listed
+//! compressed. It is inflated once into a scratch file (an uncompressed
+//! one is read where it lies), its entries listed
 //! where they lie (`tar` reads the headers, PAX and GNU extensions
 //! included), and, when some of its files change, written again: every byte
 //! as it was (headers, their extensions, whiteouts, links, the trailer)
@@ -115,18 +116,32 @@ pub fn inflate(
     // Flushed, not synced: a scratch file, read back through the page
     // cache and removed; syncing it wrote a gigabyte to disk for nothing.
     file.into_inner().map_err(|e| e.to_string())?;
-    let read = read.digest();
+    check(digest, &read.digest(), diff_id, &tar_digest)?;
+    MappedFile::open(scratch).map_err(|e| e.to_string())
+}
+
+/// Checks an uncompressed layer's blob, its own tar stream (read where it
+/// lies, never copied), against its `digest` and `diff_id`: both are of
+/// the same bytes.
+pub fn check_plain(blob: &[u8], digest: &str, diff_id: Option<&str>) -> Result<(), String> {
+    let read = super::digest::of(blob);
+    check(digest, &read, diff_id, &read)
+}
+
+/// The digests a layer's bytes hash to (`read`: the blob; `tar`: its tar
+/// stream) against those the manifest and the config name.
+fn check(digest: &str, read: &str, diff_id: Option<&str>, tar: &str) -> Result<(), String> {
     if read != digest {
         return Err(format!(
             "layer {digest}: its bytes hash to {read}: the blob is not what the manifest names"
         ));
     }
-    if let Some(diff_id) = diff_id.filter(|&d| d != tar_digest) {
+    if let Some(diff_id) = diff_id.filter(|&d| d != tar) {
         return Err(format!(
-            "layer {digest}: its tar stream hashes to {tar_digest}, the config says {diff_id}"
+            "layer {digest}: its tar stream hashes to {tar}, the config says {diff_id}"
         ));
     }
-    MappedFile::open(scratch).map_err(|e| e.to_string())
+    Ok(())
 }
 
 /// An entry of a layer, where it lies in the tar stream.
@@ -302,6 +317,19 @@ mod tests {
         assert_eq!(normal(b"/usr/lib/x.so"), "usr/lib/x.so");
         assert_eq!(normal(b"././a"), "a");
         assert_eq!(normal(b"./"), "");
+    }
+
+    #[test]
+    fn an_uncompressed_blob_is_checked_against_both_digests() {
+        let blob = b"usr/lib/x.so";
+        let right = super::super::digest::of(blob);
+        let wrong = super::super::digest::of(b"something else");
+        assert_eq!(check_plain(blob, &right, Some(&right)), Ok(()));
+        assert_eq!(check_plain(blob, &right, None), Ok(()));
+        let e = check_plain(blob, &wrong, Some(&right)).unwrap_err();
+        assert!(e.contains("the blob is not what the manifest names"), "{e}");
+        let e = check_plain(blob, &right, Some(&wrong)).unwrap_err();
+        assert!(e.contains(&format!("the config says {wrong}")), "{e}");
     }
 
     #[test]
