@@ -486,6 +486,14 @@ fn a_docker_archive_round_trips_through_skopeo() {
         std::fs::read_to_string(root.join("etc/motd")).unwrap(),
         "GPU image\n"
     );
+    // The probe reads the archive's uncompressed layers where they lie and
+    // gives what it gives on the unpacked tree.
+    let name = format!("docker-archive:{}", slimmed.display());
+    let (image_coverage, image_files) = coverage(&t, &name, &format!("{name}!"));
+    let (tree_coverage, tree_files) = coverage(&t, root.to_str().unwrap(), root.to_str().unwrap());
+    assert_eq!(image_coverage, tree_coverage);
+    assert_eq!(image_files, tree_files);
+    assert_eq!(image_files.len(), 1, "{image_files:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

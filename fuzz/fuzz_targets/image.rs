@@ -5,15 +5,15 @@
 //! other, the whole archive. Invariants: never a panic, a loop or an
 //! allocation beyond the input; an image written is read back, by both
 //! functions, without error; nothing is left in the output directory but
-//! what was written, and nothing outside the directory `gpu_files` is
-//! given.
+//! what was written; each file `gpu_files` gives lies inside its holder and
+//! maps, and its scratch directory is gone once the result is dropped.
 #![no_main]
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use libfuzzer_sys::fuzz_target;
-use offload_loader::{DeviceTarget, Limits};
+use offload_loader::{DeviceTarget, Limits, MappedFile};
 use offload_slim::{image, slim_image, Options, Reference};
 use sha2::{Digest, Sha256};
 
@@ -54,16 +54,20 @@ fn archive(layer: &[u8]) -> Vec<u8> {
     tar.into_inner().unwrap()
 }
 
-fn check_view(image: &str, view: &Path) {
+fn check_view(image: &str, scratch: &Path) {
     let Some(r) = Reference::parse(image) else {
         panic!("{image}")
     };
-    if let Ok(paths) = image::gpu_files(&r, view) {
-        for p in paths {
-            let at = view.join(&p);
-            assert!(at.starts_with(view) && std::fs::symlink_metadata(&at).is_ok(), "{p:?}");
+    if let Ok(gpu) = image::gpu_files(&r, scratch) {
+        for f in &gpu.files {
+            assert!(!f.names.is_empty(), "{f:?}");
+            let holder = std::fs::metadata(&f.holder).unwrap().len();
+            assert!(f.offset + f.len <= holder, "{f:?}");
+            MappedFile::open_part(&f.holder, f.offset, f.len).unwrap();
         }
     }
+    // Only the scratch directory's parent is left.
+    assert_eq!(std::fs::read_dir(scratch).map_or(0, |d| d.count()), 0);
 }
 
 fn run(data: &[u8]) {

@@ -62,6 +62,7 @@ use offload_loader::{
     CodeKind, Container, Format, Image, ImageSource, Limits, MappedFile, Scope, Selection,
 };
 
+use crate::image::{renamed, Part};
 use crate::report::DeviceRow;
 
 /// `--extract DIR` (`--all`) for a whole run: what it writes, and how much.
@@ -193,14 +194,17 @@ fn writable(scope: &Scope<'_, '_>, i: usize) -> bool {
 /// first scope with something to write (numbers run through the file).
 pub struct FileNames<'p> {
     path: &'p Path,
+    /// Where its bytes lie, when inside another file.
+    part: Option<Part<'p>>,
     limits: &'p Limits,
     names: OnceLock<Result<Names, String>>,
 }
 
 impl<'p> FileNames<'p> {
-    pub fn new(path: &'p Path, limits: &'p Limits) -> FileNames<'p> {
+    pub fn new(path: &'p Path, part: Option<Part<'p>>, limits: &'p Limits) -> FileNames<'p> {
         FileNames {
             path,
+            part,
             limits,
             names: OnceLock::new(),
         }
@@ -208,7 +212,7 @@ impl<'p> FileNames<'p> {
 
     fn get(&self) -> Result<&Names, &String> {
         self.names
-            .get_or_init(|| Names::of(self.path, self.limits))
+            .get_or_init(|| Names::of(self.path, self.part, self.limits))
             .as_ref()
     }
 }
@@ -237,9 +241,15 @@ enum Naming {
 }
 
 impl Names {
-    fn of(path: &Path, limits: &Limits) -> Result<Names, String> {
-        let file = MappedFile::open(path).map_err(|e| e.to_string())?;
-        let sections = file.containers(limits).map_err(|e| e.to_string())?;
+    fn of(path: &Path, part: Option<Part<'_>>, limits: &Limits) -> Result<Names, String> {
+        let file = match part {
+            Some(part) => part.open(path),
+            None => MappedFile::open(path),
+        }
+        .map_err(|e| e.to_string())?;
+        let sections = file
+            .containers(limits)
+            .map_err(|e| renamed(e, path).to_string())?;
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         let stem = cuobjdump_stem(&name);
         // An ELF relocatable object (e_type 1), or an archive of them.

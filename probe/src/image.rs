@@ -1,64 +1,89 @@
 //! Images named on the command line, as skopeo names them (`oci:DIR[:TAG]`,
 //! `docker-archive:FILE`): the files of GPU code of each one's root file
-//! system (its layers applied, whiteouts respected) are written under a
-//! temporary directory, walked as any directory is, and reported under the
+//! system (its layers applied, whiteouts respected) are inspected where they
+//! lie in the layers' tar streams, never copied out, and reported under the
 //! image's name: `oci:DIR:TAG!/usr/lib/libx.so`. The coverage per device
 //! is then the image's: what a scheduler asks before placing it.
 
 use std::path::{Path, PathBuf};
 
+use offload_loader::discover::FileError;
+use offload_loader::MappedFile;
+use offload_slim::image::GpuFiles;
 use offload_slim::Reference;
 
-/// The images named, each's temporary directory (removed when dropped).
+/// The images named, opened.
 pub struct Images {
-    dirs: Vec<(PathBuf, String)>,
+    /// Each image's name and GPU files (holding the scratch files of their
+    /// inflated layers until dropped).
+    opened: Vec<(String, GpuFiles)>,
     /// Images that could not be read: (name, why).
     pub errors: Vec<(PathBuf, String)>,
 }
 
-impl Images {
-    /// `paths` with each image replaced by the directory its GPU files are
-    /// written under.
-    pub fn open(paths: &[PathBuf]) -> (Vec<PathBuf>, Images) {
-        let mut images = Images {
-            dirs: Vec::new(),
-            errors: Vec::new(),
-        };
-        let mut out = Vec::new();
-        for path in paths {
-            let Some(reference) = reference(path) else {
-                out.push(path.clone());
-                continue;
-            };
-            let dir = std::env::temp_dir().join(format!(
-                "offload-probe-image.{}.{}",
-                std::process::id(),
-                images.dirs.len()
-            ));
-            images.dirs.push((dir.clone(), reference.to_string()));
-            match offload_slim::image::gpu_files(&reference, &dir) {
-                Ok(_) => out.push(dir),
-                Err(e) => images.errors.push((path.clone(), e)),
-            }
-        }
-        (out, images)
-    }
+/// A file that lies inside another (a file in an image's layer): mapped
+/// from there, reported under its own name.
+#[derive(Debug, Clone, Copy)]
+pub struct Part<'a> {
+    pub holder: &'a Path,
+    pub offset: u64,
+    pub len: u64,
+}
 
-    /// The name `path` (of a file under an image's directory) is reported
-    /// under.
-    pub fn name(&self, path: &str) -> Option<String> {
-        self.dirs.iter().find_map(|(dir, image)| {
-            let rest = Path::new(path).strip_prefix(dir).ok()?;
-            Some(format!("{image}!/{}", rest.display()))
-        })
+impl Part<'_> {
+    /// Maps the part; an error names the file `name` it is.
+    pub fn open(&self, name: &Path) -> Result<MappedFile, FileError> {
+        MappedFile::open_part(self.holder, self.offset, self.len).map_err(|e| renamed(e, name))
     }
 }
 
-impl Drop for Images {
-    fn drop(&mut self) {
-        for (dir, _) in &self.dirs {
-            let _ = std::fs::remove_dir_all(dir);
+/// `e` naming `name`: a part's errors name the file it is, not its holder.
+pub fn renamed(e: FileError, name: &Path) -> FileError {
+    FileError {
+        path: name.to_path_buf(),
+        ..e
+    }
+}
+
+impl Images {
+    /// The paths that are not images, and the images among `paths`, opened.
+    pub fn open(paths: &[PathBuf]) -> (Vec<PathBuf>, Images) {
+        let mut images = Images {
+            opened: Vec::new(),
+            errors: Vec::new(),
+        };
+        let mut rest = Vec::new();
+        for path in paths {
+            let Some(reference) = reference(path) else {
+                rest.push(path.clone());
+                continue;
+            };
+            match offload_slim::image::gpu_files(&reference, &std::env::temp_dir()) {
+                Ok(files) => images.opened.push((reference.to_string(), files)),
+                Err(e) => images.errors.push((path.clone(), e)),
+            }
         }
+        (rest, images)
+    }
+
+    /// Every GPU file of the images, in order: the name it is reported
+    /// under (`IMAGE!/PATH`, its first path in a walk of the image) and
+    /// where it lies.
+    pub fn files(&self) -> Vec<(PathBuf, Part<'_>)> {
+        self.opened
+            .iter()
+            .flat_map(|(image, gpu)| {
+                gpu.files.iter().map(move |f| {
+                    let name = format!("{image}!/{}", f.names[0].display());
+                    let part = Part {
+                        holder: &f.holder,
+                        offset: f.offset,
+                        len: f.len,
+                    };
+                    (PathBuf::from(name), part)
+                })
+            })
+            .collect()
     }
 }
 

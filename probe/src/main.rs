@@ -80,12 +80,13 @@ fn main() -> ExitCode {
         return slim::main(argv[1..].to_vec());
     }
     let args = Args::parse();
-    // An image's GPU files are written under a directory, walked as any.
+    // An image's GPU files are inspected where they lie in its layers.
     let (paths, images) = image::Images::open(&args.paths);
+    let image_files = images.files();
     let args = Args { paths, ..args };
     // Threads only for files to read: listing the devices alone costs what
     // looking for them costs (no pool to start, no cgroup to read).
-    let files = !args.paths.is_empty() || args.pid.is_some();
+    let files = !args.paths.is_empty() || args.pid.is_some() || !image_files.is_empty();
     if files {
         // The main thread is one of the pool's workers, not a thread that
         // waits for them: one thread fewer to start, and none left for the
@@ -105,7 +106,7 @@ fn main() -> ExitCode {
     let limits = Limits::default();
     // A progress bar on a terminal for directory scans; never in JSON or
     // when stderr is not a terminal. Its length grows as the walk finds files.
-    let progress = if args.paths.iter().any(|p| p.is_dir())
+    let progress = if (args.paths.iter().any(|p| p.is_dir()) || !image_files.is_empty())
         && !args.json
         && std::io::IsTerminal::is_terminal(&std::io::stderr())
     {
@@ -140,7 +141,7 @@ fn main() -> ExitCode {
     };
     // Files are inspected in parallel, each mapped and released in turn:
     // memory holds the reports of files with GPU code, not the files.
-    let (results, dir_errors) = if !files {
+    let (mut results, dir_errors) = if !files {
         (Vec::new(), Vec::new())
     } else if args.deps {
         // Every name first: the dependencies are resolved from the list.
@@ -173,6 +174,9 @@ fn main() -> ExitCode {
         results.extend(inspect_all(objects.collect(), &inspector));
         (results, found.errors)
     };
+    // An image's files, after the files and directories named: found in
+    // its layers (their libraries' dependencies are not looked for).
+    results.extend(inspect_parts(image_files, &inspector));
     progress.finish_and_clear();
     let mut extract_errors = Vec::new();
     let mut objects = Vec::new();
@@ -186,10 +190,6 @@ fn main() -> ExitCode {
         // or not regular files); named files are always reported.
         if !input.explicit && !object.shown() {
             continue;
-        }
-        let mut object = object;
-        if let Some(name) = images.name(&object.path) {
-            object.path = name;
         }
         objects.push(object);
     }
@@ -233,14 +233,7 @@ impl walk::Inspector for Inspect<'_> {
     type Report = (report::ObjectReport, Vec<String>);
 
     fn inspect(&self, path: &Path, named: bool) -> Self::Report {
-        let names = extract::FileNames::new(path, self.limits);
-        let visit = |scope: &Scope<'_, '_>, selections: &[Selection]| match self.extract {
-            Some(x) => x.scope(&names, scope, selections),
-            None => Vec::new(),
-        };
-        let done = report::inspect(path, named, self.devices, self.limits, &visit);
-        self.progress.inc(1);
-        done
+        self.inspect_in(path, None, named)
     }
 
     fn shown(&self, (object, _): &Self::Report) -> bool {
@@ -250,6 +243,46 @@ impl walk::Inspector for Inspect<'_> {
     fn found(&self, files: usize) {
         self.progress.inc_length(files as u64);
     }
+}
+
+impl Inspect<'_> {
+    /// Inspects `path`, whose bytes are `part` of another file where given.
+    fn inspect_in(
+        &self,
+        path: &Path,
+        part: Option<image::Part<'_>>,
+        named: bool,
+    ) -> <Self as walk::Inspector>::Report {
+        let names = extract::FileNames::new(path, part, self.limits);
+        let visit = |scope: &Scope<'_, '_>, selections: &[Selection]| match self.extract {
+            Some(x) => x.scope(&names, scope, selections),
+            None => Vec::new(),
+        };
+        let done = report::inspect(path, part, named, self.devices, self.limits, &visit);
+        self.progress.inc(1);
+        done
+    }
+}
+
+/// An image's files (name, and where its bytes lie), inspected in parallel.
+fn inspect_parts(
+    files: Vec<(PathBuf, image::Part<'_>)>,
+    inspector: &Inspect<'_>,
+) -> Vec<(walk::Input, <Inspect<'static> as walk::Inspector>::Report)> {
+    use walk::Inspector;
+    inspector.found(files.len());
+    files
+        .into_par_iter()
+        .map(|(path, part)| {
+            let report = inspector.inspect_in(&path, Some(part), false);
+            let input = walk::Input {
+                path,
+                explicit: false,
+                also: Vec::new(),
+            };
+            (input, report)
+        })
+        .collect()
 }
 
 /// `inputs`, inspected in parallel.

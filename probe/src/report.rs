@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use offload_loader::verdict::Module;
 
+use crate::image::{renamed, Part};
 use crate::verdict::{Rule, Verdict, VerdictRow};
 
 /// A device the report selects for.
@@ -254,12 +255,14 @@ pub struct RejectedReport {
     pub reason: String,
 }
 
-/// Inspects `path` and selects for `devices`; `visit` is handed each
-/// selection scope with its selections so images can be written out, and
-/// returns what failed. Scopes are handled in parallel (a library's bundles
-/// inflate on several cores); the report keeps file order.
+/// Inspects `path` (whose bytes are `part` of another file where given)
+/// and selects for `devices`; `visit` is handed each selection scope with
+/// its selections so images can be written out, and returns what failed.
+/// Scopes are handled in parallel (a library's bundles inflate on several
+/// cores); the report keeps file order.
 pub fn inspect(
     path: &Path,
+    part: Option<Part<'_>>,
     named: bool,
     devices: &[DeviceRow],
     limits: &Limits,
@@ -278,11 +281,12 @@ pub fn inspect(
     };
     // A file found in a directory that cannot hold offload code is told
     // from its headers alone, without mapping it (most of a library
-    // directory); a named file is read whole: GPU code may lie among its data.
-    let opened = if named {
-        MappedFile::open(path).map(Some)
-    } else {
-        MappedFile::open_if_offload(path)
+    // directory); a named file is read whole: GPU code may lie among its
+    // data, and so is a part (an image's file, found to hold GPU code).
+    let opened = match part {
+        Some(part) => part.open(path).map(Some),
+        None if named => MappedFile::open(path).map(Some),
+        None => MappedFile::open_if_offload(path),
     };
     let file = match opened {
         Ok(Some(f)) => f,
@@ -296,7 +300,8 @@ pub fn inspect(
             return (report, Vec::new());
         }
     };
-    let sections = match file.containers(limits) {
+    // A part's errors name the file it is, not its holder.
+    let sections = match file.containers(limits).map_err(|e| renamed(e, path)) {
         Ok(s) => s,
         Err(e) => {
             report.not_offload_format = matches!(

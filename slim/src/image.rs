@@ -16,7 +16,8 @@
 //!
 //! [`gpu_files`] gives the files of GPU code an image's root file system
 //! holds once its layers are applied (whiteouts and opaque directories
-//! respected), for the probe to report what it reports of a tree.
+//! respected), where they lie, for the probe to report what it reports of
+//! a tree.
 
 mod digest;
 mod layer;
@@ -27,6 +28,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use offload_loader::discover::file::offload_sections;
 use rayon::prelude::*;
@@ -377,35 +379,62 @@ fn manifest(
     serde_json::to_vec(&m).map_err(|e| e.to_string())
 }
 
+/// The files of GPU code in an image's root file system, each where it
+/// lies in its layer's tar stream: read in place, never copied out.
+pub struct GpuFiles {
+    /// In the order a walk of the unpacked image meets them.
+    pub files: Vec<GpuFile>,
+    /// The streams the files lie in, dropped before the scratch directory
+    /// that holds those inflated from compressed layers.
+    _streams: Vec<Tar>,
+    _scratch: Scratch,
+}
+
+/// A file of GPU code in an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuFile {
+    /// Its paths in the image: its hard links, and the symbolic links that
+    /// lead to it, in the order a walk of the unpacked image meets them
+    /// (component by component): the first is the one a walk reports.
+    pub names: Vec<PathBuf>,
+    /// The file its bytes lie in (the layer's blob, or the stream inflated
+    /// from it), and where: a part to map with `MappedFile::open_part`.
+    pub holder: PathBuf,
+    pub offset: u64,
+    pub len: u64,
+}
+
 /// The files of GPU code in the root file system of image `source`, its
 /// layers applied in order (OCI `layer.md`: `.wh.NAME` deletes NAME of the
 /// layers below, `.wh..wh..opq` empties its directory of them; a later
-/// entry replaces an earlier one). Each is written under `dir`, at its
-/// path in the image; names of one file (hard links) are hard links, and a
-/// symbolic link that leads to one (resolved inside the image, as in a
-/// chroot) is a relative symbolic link to it: a walk of `dir` finds what a
-/// walk of the unpacked image finds. Returns the paths written, relative
-/// to `dir`.
-pub fn gpu_files(source: &Reference, dir: &Path) -> Result<Vec<PathBuf>, String> {
+/// entry replaces an earlier one). Names of one file (hard links, and
+/// symbolic links that lead to it, resolved inside the image as in a
+/// chroot) are one file: what a walk of the unpacked image finds. A
+/// compressed layer with GPU files is inflated into a scratch directory
+/// under `scratch`, kept while the result is.
+pub fn gpu_files(source: &Reference, scratch: &Path) -> Result<GpuFiles, String> {
     let image = source::open(source)?;
-    let scratch = Scratch::new(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let scratch = Scratch::new(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
     let mut view: BTreeMap<String, Node> = BTreeMap::new();
-    let mut files: Vec<PathBuf> = Vec::new();
+    // Per file of GPU code: its stream (an index in `streams`), and its
+    // data's place in it.
+    let mut parts: Vec<(usize, u64, u64)> = Vec::new();
+    let mut streams: Vec<Tar> = Vec::new();
     for (index, l) in image.layers.iter().enumerate() {
         let tar = Tar::open(l, scratch.0.join(format!("{index}.tar")))?;
-        let (bytes, entries) = (tar.bytes(), tar.entries(l)?);
+        let entries = tar.entries(l)?;
         for e in entries.iter().filter(|e| e.kind == Kind::Whiteout) {
             whiteout(&mut view, &e.path);
         }
-        for (i, e) in entries.iter().enumerate() {
+        let mut holds = false;
+        for e in &entries {
             let node = match &e.kind {
                 Kind::Whiteout => continue,
-                Kind::File if is_gpu_file(bytes, e) => {
-                    let path = scratch.0.join(format!("{index}-{i}"));
-                    let data = &bytes[e.data as usize..(e.data + e.size) as usize];
-                    fs::write(&path, data).map_err(|err| format!("{}: {err}", path.display()))?;
-                    files.push(path);
-                    Node::Gpu(files.len() - 1)
+                Kind::File if is_gpu_file(tar.bytes(), e) => {
+                    let (_, offset, size) = tar.part_of(e);
+                    parts.push((streams.len(), offset, size));
+                    holds = true;
+                    Node::Gpu(parts.len() - 1)
                 }
                 Kind::HardLink(target) => match view.get(target) {
                     Some(Node::Gpu(f)) => Node::Gpu(*f),
@@ -416,29 +445,63 @@ pub fn gpu_files(source: &Reference, dir: &Path) -> Result<Vec<PathBuf>, String>
             };
             view.insert(e.path.clone(), node);
         }
-    }
-    let mut written = Vec::new();
-    for (path, node) in &view {
-        if !is_safe(path) {
-            continue;
+        if holds {
+            streams.push(tar);
         }
-        let to = dir.join(path);
-        let made = match node {
-            Node::Gpu(f) => make_parent(&to).and_then(|()| fs::hard_link(&files[*f], &to)),
-            Node::Link(_) => match resolve(&view, path) {
-                Some(target) if matches!(view.get(&target), Some(Node::Gpu(_))) => {
-                    let up = "../".repeat(path.matches('/').count());
-                    make_parent(&to)
-                        .and_then(|()| std::os::unix::fs::symlink(format!("{up}{target}"), &to))
-                }
-                _ => continue,
-            },
-            Node::Other => continue,
-        };
-        made.map_err(|e| format!("{}: {e}", to.display()))?;
-        written.push(PathBuf::from(path));
     }
-    Ok(written)
+    let names = names(&view, parts.len());
+    let mut used = vec![false; streams.len()];
+    let mut files: Vec<GpuFile> = parts
+        .into_iter()
+        .zip(names)
+        .filter(|(_, names)| !names.is_empty())
+        .map(|((stream, offset, len), names)| {
+            used[stream] = true;
+            GpuFile {
+                names,
+                holder: streams[stream].place().0.to_path_buf(),
+                offset,
+                len,
+            }
+        })
+        .collect();
+    files.sort_by(|a, b| a.names[0].cmp(&b.names[0]));
+    // A stream whose GPU files later layers deleted or replaced is let go.
+    let streams = streams
+        .into_iter()
+        .zip(used)
+        .filter_map(|(t, used)| used.then_some(t))
+        .collect();
+    Ok(GpuFiles {
+        files,
+        _streams: streams,
+        _scratch: scratch,
+    })
+}
+
+/// The paths of `view` that name each of its `files` files of GPU code
+/// (an index of [`Node::Gpu`]), each list in the order a walk meets them:
+/// `Path`'s order, component by component.
+fn names(view: &BTreeMap<String, Node>, files: usize) -> Vec<Vec<PathBuf>> {
+    let mut names = vec![Vec::new(); files];
+    let gpu = |path: &str| match view.get(path) {
+        Some(Node::Gpu(f)) => Some(*f),
+        _ => None,
+    };
+    for (path, node) in view.iter().filter(|(path, _)| is_safe(path)) {
+        let file = match node {
+            Node::Gpu(f) => Some(*f),
+            Node::Link(_) => resolve(view, path).and_then(|target| gpu(&target)),
+            Node::Other => None,
+        };
+        if let Some(f) = file {
+            names[f].push(PathBuf::from(path));
+        }
+    }
+    for n in &mut names {
+        n.sort();
+    }
+    names
 }
 
 /// What is at a path of an image's root file system, as far as its GPU
@@ -512,20 +575,19 @@ fn is_safe(path: &str) -> bool {
             .any(|c| c.is_empty() || c == "." || c == "..")
 }
 
-fn make_parent(path: &Path) -> std::io::Result<()> {
-    match path.parent() {
-        Some(parent) => fs::create_dir_all(parent),
-        None => Ok(()),
-    }
-}
-
 /// A scratch directory, removed with what is in it when dropped.
 struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(parent: &Path) -> std::io::Result<Scratch> {
+        // Unique in the process, which may read several images at once.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
         fs::create_dir_all(parent)?;
-        let dir = parent.join(format!(".offload-slim-image.{}", std::process::id()));
+        let dir = parent.join(format!(
+            ".offload-slim-image.{}.{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
         fs::create_dir_all(&dir)?;
         Ok(Scratch(dir))
     }
@@ -671,6 +733,30 @@ mod tests {
         assert_eq!(resolve(&v, "abs").as_deref(), Some("usr/lib/libx.so.1"));
         assert_eq!(resolve(&v, "escape").as_deref(), Some("usr/lib/libx.so.1"));
         assert_eq!(resolve(&v, "loop"), None);
+    }
+
+    #[test]
+    fn a_file_is_named_by_its_links_in_the_order_a_walk_meets_them() {
+        let v = view(&[
+            ("usr/lib/libx.so.1", Node::Gpu(0)),
+            ("usr/lib/libx.so", Node::Link("libx.so.1".into())),
+            ("usr/lib/hard", Node::Gpu(0)),
+            ("a.b", Node::Gpu(1)),
+            ("a/b", Node::Gpu(1)),
+            ("dangling", Node::Link("nowhere".into())),
+            ("etc/motd", Node::Other),
+        ]);
+        let p = |s: &[&str]| s.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(
+            names(&v, 3),
+            [
+                p(&["usr/lib/hard", "usr/lib/libx.so", "usr/lib/libx.so.1"]),
+                // `a` is walked before `a.b`, though "a." sorts before "a/".
+                p(&["a/b", "a.b"]),
+                // A file a later layer replaced or deleted has no name.
+                p(&[]),
+            ]
+        );
     }
 
     #[test]
