@@ -80,13 +80,9 @@ fn main() -> ExitCode {
         return slim::main(argv[1..].to_vec());
     }
     let args = Args::parse();
-    // An image's GPU files are inspected where they lie in its layers.
-    let (paths, images) = image::Images::open(&args.paths);
-    let image_files = images.files();
-    let args = Args { paths, ..args };
     // Threads only for files to read: listing the devices alone costs what
     // looking for them costs (no pool to start, no cgroup to read).
-    let files = !args.paths.is_empty() || args.pid.is_some() || !image_files.is_empty();
+    let files = !args.paths.is_empty() || args.pid.is_some();
     if files {
         // The main thread is one of the pool's workers, not a thread that
         // waits for them: one thread fewer to start, and none left for the
@@ -95,6 +91,10 @@ fn main() -> ExitCode {
             .use_current_thread()
             .build_global();
     }
+    // An image's GPU files are inspected where they lie in its layers.
+    let (paths, images) = image::Images::open(&args.paths);
+    let image_files = images.files();
+    let args = Args { paths, ..args };
     let (devices, backends, device_error) = match devices::find(&args.devices) {
         Ok((d, b)) => (d, b, None),
         Err(e) => (vec![], vec![], Some(e)),

@@ -420,34 +420,34 @@ pub fn gpu_files(source: &Reference, scratch: &Path) -> Result<GpuFiles, String>
     // data's place in it.
     let mut parts: Vec<(usize, u64, u64)> = Vec::new();
     let mut streams: Vec<Tar> = Vec::new();
-    for (index, l) in image.layers.iter().enumerate() {
-        let tar = Tar::open(l, scratch.0.join(format!("{index}.tar")))?;
-        let entries = tar.entries(l)?;
+    let layers: Vec<Result<Listed, String>> = image
+        .layers
+        .par_iter()
+        .enumerate()
+        .map(|(index, l)| Listed::new(l, scratch.0.join(format!("{index}.tar"))))
+        .collect();
+    for layer in layers {
+        let Listed { tar, entries, gpu } = layer?;
         for e in entries.iter().filter(|e| e.kind == Kind::Whiteout) {
             whiteout(&mut view, &e.path);
         }
-        let mut holds = false;
-        for e in &entries {
-            let node = match &e.kind {
-                Kind::Whiteout => continue,
-                Kind::File if is_gpu_file(tar.bytes(), e) => {
-                    let (_, offset, size) = tar.part_of(e);
+        for (e, gpu) in entries.iter().zip(gpu) {
+            let node = match (&e.kind, gpu) {
+                (Kind::Whiteout, _) => continue,
+                (_, Some((offset, size))) => {
                     parts.push((streams.len(), offset, size));
-                    holds = true;
                     Node::Gpu(parts.len() - 1)
                 }
-                Kind::HardLink(target) => match view.get(target) {
+                (Kind::HardLink(target), None) => match view.get(target) {
                     Some(Node::Gpu(f)) => Node::Gpu(*f),
                     _ => Node::Other,
                 },
-                Kind::Symlink(target) => Node::Link(target.clone()),
+                (Kind::Symlink(target), None) => Node::Link(target.clone()),
                 _ => Node::Other,
             };
             view.insert(e.path.clone(), node);
         }
-        if holds {
-            streams.push(tar);
-        }
+        streams.extend(tar);
     }
     let names = names(&view, parts.len());
     let mut used = vec![false; streams.len()];
@@ -477,6 +477,35 @@ pub fn gpu_files(source: &Reference, scratch: &Path) -> Result<GpuFiles, String>
         _streams: streams,
         _scratch: scratch,
     })
+}
+
+/// A layer's stream (inflated into `path` where it is compressed) and its
+/// entries, with where each file of GPU code among them lies; the stream
+/// only if it holds one.
+struct Listed {
+    tar: Option<Tar>,
+    entries: Vec<Entry>,
+    /// Per entry, the place of its data where it is a file of GPU code.
+    gpu: Vec<Option<(u64, u64)>>,
+}
+
+impl Listed {
+    fn new(l: &Layer, path: PathBuf) -> Result<Listed, String> {
+        let tar = Tar::open(l, path)?;
+        let entries = tar.entries(l)?;
+        let gpu: Vec<Option<(u64, u64)>> = entries
+            .iter()
+            .map(|e| {
+                let (_, offset, size) = tar.part_of(e);
+                is_gpu_file(tar.bytes(), e).then_some((offset, size))
+            })
+            .collect();
+        Ok(Listed {
+            tar: gpu.iter().any(Option::is_some).then_some(tar),
+            entries,
+            gpu,
+        })
+    }
 }
 
 /// The paths of `view` that name each of its `files` files of GPU code
