@@ -507,3 +507,96 @@ fn slim_alone_for(t: &Tools, file: &Path, out: &Path, device: &str) -> Vec<u8> {
     );
     std::fs::read(out.join(file.file_name().unwrap())).unwrap()
 }
+
+/// The platform name (Go's `GOARCH`) of this machine's architecture.
+fn this_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+#[test]
+fn an_index_of_platforms_is_read_for_this_machine_as_skopeo_reads_it() {
+    let (Some(t), Some(curand)) = (tools(), curand()) else {
+        return;
+    };
+    let dir = scratch("slim-images-index");
+    build_image(&t, &dir, "gpu", None, &curand);
+    let layout = dir.join("layout");
+    run_ok(Command::new(&t.umoci).args(["new", "--image", &format!("{}:empty", layout.display())]));
+    // An index of the two: the empty image for another architecture first.
+    let index_path = layout.join("index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&index_path).unwrap()).unwrap();
+    let tagged = |tag: &str| {
+        let mut d = index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["annotations"]["org.opencontainers.image.ref.name"] == tag)
+            .unwrap()
+            .clone();
+        d.as_object_mut().unwrap().remove("annotations");
+        d
+    };
+    let other = if this_arch() == "s390x" {
+        "amd64"
+    } else {
+        "s390x"
+    };
+    let (mut empty, mut gpu) = (tagged("empty"), tagged("gpu"));
+    empty["platform"] = serde_json::json!({ "os": "linux", "architecture": other });
+    gpu["platform"] = serde_json::json!({ "os": "linux", "architecture": this_arch() });
+    let nested = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [empty, gpu],
+    }))
+    .unwrap();
+    // Named by its digest, as `sha256sum` gives it.
+    let staged = dir.join("nested-index.json");
+    std::fs::write(&staged, &nested).unwrap();
+    let sum = run_ok(Command::new("sha256sum").arg(&staged));
+    let hex = String::from_utf8(sum.stdout).unwrap()[..64].to_string();
+    std::fs::rename(&staged, layout.join("blobs/sha256").join(&hex)).unwrap();
+    index["manifests"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "digest": format!("sha256:{hex}"),
+            "size": nested.len(),
+            "annotations": { "org.opencontainers.image.ref.name": "multi" },
+        }));
+    std::fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+    let multi = format!("oci:{}:multi", layout.display());
+
+    // skopeo, without --all, copies this machine's image out of the index.
+    let picked = format!("oci:{}:p", dir.join("picked").display());
+    skopeo_copy(&t, &multi, &picked);
+    // The probe reads the same image from the index, and says which.
+    let (coverage_multi, files_multi) = coverage(&t, &multi, &format!("{multi}!"));
+    let (coverage_picked, files_picked) = coverage(&t, &picked, &format!("{picked}!"));
+    assert_eq!(coverage_multi, coverage_picked);
+    assert_eq!(files_multi, files_picked);
+    assert_eq!(files_multi.len(), 1, "{files_multi:?}");
+    // Slim writes that image alone, which skopeo reads back.
+    let slimmed = format!("oci:{}:s", dir.join("slimmed").display());
+    let out = run_ok(Command::new(&t.probe).args([
+        "slim", "--device", CUDA, &multi, "--output", &slimmed, "--json",
+    ]));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["images"][0]["platform"],
+        format!("linux/{}", this_arch())
+    );
+    assert_eq!(report["images"][0]["layers"].as_array().unwrap().len(), 3);
+    skopeo_copy(
+        &t,
+        &slimmed,
+        &format!("oci:{}:b", dir.join("back").display()),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -59,7 +59,15 @@ impl Images {
                 continue;
             };
             match offload_slim::image::gpu_files(&reference, &std::env::temp_dir()) {
-                Ok(files) => images.opened.push((reference.to_string(), files)),
+                Ok(files) => {
+                    if let Some(platform) = &files.platform {
+                        eprintln!(
+                            "offload-probe: {reference} names an index of images for several \
+                             platforms: reading the one for {platform}, this machine's"
+                        );
+                    }
+                    images.opened.push((reference.to_string(), files));
+                }
                 Err(e) => images.errors.push((path.clone(), e)),
             }
         }

@@ -104,6 +104,10 @@ pub struct ImageReport {
     /// The image, and the one written (`None`: a dry run, or an error).
     pub image: String,
     pub output: Option<String>,
+    /// The platform (`os/architecture`) whose image was read, where the
+    /// name is of an index of images for several: this machine's, as
+    /// skopeo chooses without `--all`. The output holds that image alone.
+    pub platform: Option<String>,
     /// Its layers.
     pub layers: Vec<LayerReport>,
     /// Each file of GPU code in a layer, slimmed (its `path`: the image,
@@ -158,6 +162,7 @@ fn run(
     scratch: &Path,
 ) -> Result<(), String> {
     let image = source::open(source)?;
+    report.platform = image.platform.clone();
     let name = source.to_string();
     let dry_run = output.is_none();
     let slimmed: Vec<Result<Slimmed, String>> = image
@@ -384,6 +389,9 @@ fn manifest(
 pub struct GpuFiles {
     /// In the order a walk of the unpacked image meets them.
     pub files: Vec<GpuFile>,
+    /// The platform whose image was read, where the name is of an index
+    /// of images for several ([`ImageReport::platform`]).
+    pub platform: Option<String>,
     /// The streams the files lie in, dropped before the scratch directory
     /// that holds those inflated from compressed layers.
     _streams: Vec<Tar>,
@@ -474,6 +482,7 @@ pub fn gpu_files(source: &Reference, scratch: &Path) -> Result<GpuFiles, String>
         .collect();
     Ok(GpuFiles {
         files,
+        platform: image.platform.clone(),
         _streams: streams,
         _scratch: scratch,
     })

@@ -228,9 +228,14 @@ fn image(s: &mut String, i: &ImageReport) {
         ),
         (None, None) => "dry run: no image written".into(),
     };
+    let platform = i
+        .platform
+        .as_ref()
+        .map(|p| format!(" (its index's image for {p}, this machine's platform)"))
+        .unwrap_or_default();
     let _ = writeln!(
         s,
-        "image {}: {what}; layers {} -> {} ({before} bytes -> {after} bytes)",
+        "image {}{platform}: {what}; layers {} -> {} ({before} bytes -> {after} bytes)",
         i.image,
         size(before),
         size(after),
@@ -407,6 +412,7 @@ pub fn json(run: &Run<'_>) -> String {
         })).collect::<Vec<_>>(),
         "images": run.images.iter().map(|i| json!({
             "image": i.image,
+            "platform": i.platform,
             "output": i.output,
             "error": i.error,
             "layers": i.layers.iter().map(|l| json!({

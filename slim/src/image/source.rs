@@ -39,6 +39,9 @@ pub struct Image {
     pub layers: Vec<Layer>,
     /// Its name: an OCI tag, or a `docker save` archive's `RepoTags`.
     pub tags: Vec<String>,
+    /// The platform it was chosen for (`os/architecture`) where the tag
+    /// names an index of images for several.
+    pub platform: Option<String>,
 }
 
 /// A layer's blob, where it lies.
@@ -136,15 +139,17 @@ fn oci(dir: &Path, tag: Option<&str>) -> Result<Image, String> {
             )))
         }
     };
-    let media = descriptor["mediaType"].as_str().unwrap_or(OCI_MANIFEST);
-    if media == OCI_INDEX || media == DOCKER_LIST {
-        return Err(at(
-            "the tag names an index of images for several platforms: copy one platform's image \
-             into a layout (skopeo copy --override-arch …) and name it"
-                .into(),
-        ));
-    }
-    let digest = descriptor["digest"].as_str().unwrap_or_default();
+    let (manifest_descriptor, platform) = match descriptor["mediaType"].as_str() {
+        Some(OCI_INDEX | DOCKER_LIST) => {
+            let (chosen, platform) = for_this_platform(dir, descriptor).map_err(at)?;
+            (chosen, Some(platform))
+        }
+        _ => (descriptor.clone(), None),
+    };
+    let media = manifest_descriptor["mediaType"]
+        .as_str()
+        .unwrap_or(OCI_MANIFEST);
+    let digest = manifest_descriptor["digest"].as_str().unwrap_or_default();
     let manifest_bytes = small_blob(dir, digest).map_err(at)?;
     let manifest = json(&manifest_bytes, "manifest").map_err(at)?;
     let media = manifest["mediaType"].as_str().unwrap_or(media);
@@ -184,7 +189,82 @@ fn oci(dir: &Path, tag: Option<&str>) -> Result<Image, String> {
         config,
         layers,
         tags: tag_of(descriptor).into_iter().collect(),
+        platform,
     })
+}
+
+/// The platform an image is chosen for from an index: this machine's, as
+/// skopeo and the container runtimes choose without `--all`
+/// (containers/image `platform.WantedPlatforms`), in the names of OCI
+/// `image-index.md`'s `platform` (Go's `GOOS` and `GOARCH`).
+fn this_platform() -> (&'static str, &'static str) {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
+        "loongarch64" => "loong64",
+        other => other,
+    };
+    ("linux", arch)
+}
+
+/// The descriptor, in the index `descriptor` names, of the image for this
+/// machine's platform ([`this_platform`]), and that platform.
+fn for_this_platform(dir: &Path, descriptor: &Value) -> Result<(Value, String), String> {
+    let digest = descriptor["digest"].as_str().unwrap_or_default();
+    let index = json(&small_blob(dir, digest)?, "index")?;
+    let (os, arch) = this_platform();
+    let manifests = index["manifests"].as_array().cloned().unwrap_or_default();
+    let chosen = choose_platform(&manifests, os, arch).ok_or_else(|| {
+        let listed: Vec<String> = manifests.iter().map(platform_of).collect();
+        format!(
+            "the tag names an index of images for several platforms, none for {os}/{arch} \
+             (this machine's; it has {}): copy one into a layout (skopeo copy \
+             --override-arch …) and name it",
+            listed.join(", ")
+        )
+    })?;
+    if matches!(chosen["mediaType"].as_str(), Some(OCI_INDEX | DOCKER_LIST)) {
+        return Err(format!(
+            "the index's entry for {os}/{arch} is an index again: not read"
+        ));
+    }
+    Ok((chosen, format!("{os}/{arch}")))
+}
+
+/// The first of `manifests` (an index's descriptors) for `os` and `arch`,
+/// one without a variant or with the architecture's first (`arm64`'s
+/// `v8`) before any other, as containers/image ranks them.
+fn choose_platform(manifests: &[Value], os: &str, arch: &str) -> Option<Value> {
+    let matching = |d: &&Value| {
+        d["platform"]["os"].as_str() == Some(os)
+            && d["platform"]["architecture"].as_str() == Some(arch)
+    };
+    let plain = |d: &&Value| match d["platform"]["variant"].as_str() {
+        None | Some("") => true,
+        Some(v) => arch == "arm64" && v == "v8",
+    };
+    let all: Vec<&Value> = manifests.iter().filter(matching).collect();
+    all.iter()
+        .find(|d| plain(d))
+        .or_else(|| all.first())
+        .map(|d| (*d).clone())
+}
+
+/// An index entry's platform as `os/architecture[/variant]`.
+fn platform_of(d: &Value) -> String {
+    let p = &d["platform"];
+    let mut s = format!(
+        "{}/{}",
+        p["os"].as_str().unwrap_or("?"),
+        p["architecture"].as_str().unwrap_or("?")
+    );
+    if let Some(v) = p["variant"].as_str().filter(|v| !v.is_empty()) {
+        s.push('/');
+        s.push_str(v);
+    }
+    s
 }
 
 fn tags(descriptors: &[Value], tag_of: &dyn Fn(&Value) -> Option<String>) -> String {
@@ -295,6 +375,7 @@ fn archive(file: &Path, tag: Option<&str>) -> Result<Image, String> {
                     .collect()
             })
             .unwrap_or_default(),
+        platform: None,
     })
 }
 
@@ -320,4 +401,138 @@ fn members(tar: &[u8]) -> Result<Vec<(String, usize, usize)>, String> {
         out.push((name, at, len));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Writes `bytes` as a blob of layout `dir`; its descriptor.
+    fn blob(dir: &Path, media: &str, bytes: &[u8]) -> Value {
+        let digest = digest::of(bytes);
+        let path = blob_path(dir, &digest).unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        json!({ "mediaType": media, "digest": digest, "size": bytes.len() })
+    }
+
+    /// An image of one layer holding `name`, in layout `dir`: its
+    /// manifest's descriptor.
+    fn image(dir: &Path, name: &str) -> Value {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_ustar();
+        h.set_size(0);
+        tar.append_data(&mut h, name, &[][..]).unwrap();
+        let layer = tar.into_inner().unwrap();
+        let layer_d = blob(dir, "application/vnd.oci.image.layer.v1.tar", &layer);
+        let config = json!({ "rootfs": { "type": "layers", "diff_ids": [digest::of(&layer)] } });
+        let config_d = blob(
+            dir,
+            "application/vnd.oci.image.config.v1+json",
+            &serde_json::to_vec(&config).unwrap(),
+        );
+        let manifest = json!({
+            "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+            "config": config_d, "layers": [layer_d],
+        });
+        blob(dir, OCI_MANIFEST, &serde_json::to_vec(&manifest).unwrap())
+    }
+
+    /// A layout whose tag `multi` names an index of `images` (platform,
+    /// the file its one layer holds).
+    fn layout(tag: &str, images: &[(Value, &str)]) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("offload-slim-index-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+        let manifests: Vec<Value> = images
+            .iter()
+            .map(|(platform, name)| {
+                let mut d = image(&dir, name);
+                d["platform"] = platform.clone();
+                d
+            })
+            .collect();
+        let index = json!({ "schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests });
+        let mut index_d = blob(&dir, OCI_INDEX, &serde_json::to_vec(&index).unwrap());
+        index_d["annotations"] = json!({ REF_NAME: "multi" });
+        let top = json!({ "schemaVersion": 2, "manifests": [index_d] });
+        std::fs::write(dir.join("index.json"), serde_json::to_vec(&top).unwrap()).unwrap();
+        dir
+    }
+
+    /// The one file the image read holds.
+    fn file_of(image: &Image) -> String {
+        let bytes = image.layers[0].bytes();
+        let mut a = tar::Archive::new(bytes);
+        let e = a.entries().unwrap().next().unwrap().unwrap();
+        e.path().unwrap().display().to_string()
+    }
+
+    #[test]
+    fn an_index_gives_the_image_for_this_machines_platform() {
+        let (os, arch) = this_platform();
+        let here = json!({ "os": os, "architecture": arch });
+        let dir = layout(
+            "here",
+            &[
+                (
+                    json!({ "os": "unknown", "architecture": "unknown" }),
+                    "attestation",
+                ),
+                (json!({ "os": os, "architecture": "not-this-one" }), "other"),
+                (
+                    json!({ "os": os, "architecture": arch, "variant": "v9" }),
+                    "variant",
+                ),
+                (here, "this"),
+            ],
+        );
+        let image = oci(&dir, Some("multi")).unwrap();
+        assert_eq!(
+            image.platform.as_deref(),
+            Some(format!("{os}/{arch}").as_str())
+        );
+        assert_eq!(file_of(&image), "this");
+        assert_eq!(image.tags, ["multi"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_index_without_this_machines_platform_is_refused_naming_those_it_has() {
+        let dir = layout(
+            "none",
+            &[(json!({ "os": "linux", "architecture": "mips64le" }), "a")],
+        );
+        let e = oci(&dir, Some("multi")).err().unwrap();
+        assert!(e.contains("it has linux/mips64le"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_variant_is_taken_only_where_no_plain_entry_is() {
+        let d = |arch: &str, variant: Option<&str>| {
+            let mut p = json!({ "os": "linux", "architecture": arch });
+            if let Some(v) = variant {
+                p["variant"] = json!(v);
+            }
+            json!({ "platform": p })
+        };
+        let arm = [
+            d("arm64", Some("v9")),
+            d("arm64", Some("v8")),
+            d("arm64", None),
+        ];
+        let chosen = choose_platform(&arm, "linux", "arm64").unwrap();
+        assert_eq!(chosen["platform"]["variant"], "v8");
+        let only = [d("amd64", Some("v3"))];
+        assert_eq!(
+            choose_platform(&only, "linux", "amd64").unwrap()["platform"]["variant"],
+            "v3"
+        );
+        assert!(choose_platform(&only, "linux", "arm64").is_none());
+        assert_eq!(platform_of(&arm[0]), "linux/arm64/v9");
+    }
 }
