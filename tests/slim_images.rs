@@ -249,6 +249,21 @@ fn coverage(t: &Tools, what: &str, prefix: &str) -> (serde_json::Value, BTreeMap
     (v["coverage"].clone(), files)
 }
 
+/// Asserts that the probe gives image `image` the coverage and per-file
+/// verdicts it gives `other` (an unpacked tree, or an image), `files` files
+/// of GPU code.
+fn same_coverage(t: &Tools, image: &str, other: &str, files: usize) {
+    let prefix = |name: &str| match std::path::Path::new(name).is_dir() {
+        true => name.to_string(),
+        false => format!("{name}!"),
+    };
+    let (image_coverage, image_files) = coverage(t, image, &prefix(image));
+    let (other_coverage, other_files) = coverage(t, other, &prefix(other));
+    assert_eq!(image_coverage, other_coverage);
+    assert_eq!(image_files, other_files);
+    assert_eq!(image_files.len(), files, "{image_files:?}");
+}
+
 /// Python's `tarfile` (a reader this project did not write) on two layer
 /// blobs: every header field of every member, the old against the new, but
 /// the size of the members slimmed; prints the names whose data changed.
@@ -427,12 +442,7 @@ fn an_image_slimmed_through_a_registry_unpacks_to_the_slimmed_files() {
     assert!(xattrs > 0, "umoci wrote no extended attribute to compare");
 
     // The probe on the image gives what it gives on the unpacked tree.
-    let (image_coverage, image_files) = coverage(&t, &again_slim, &format!("{again_slim}!"));
-    let (tree_coverage, tree_files) =
-        coverage(&t, after.to_str().unwrap(), after.to_str().unwrap());
-    assert_eq!(image_coverage, tree_coverage);
-    assert_eq!(image_files, tree_files);
-    assert_eq!(image_files.len(), 2, "{image_files:?}");
+    same_coverage(&t, &again_slim, after.to_str().unwrap(), 2);
     // Gigabytes of layers and trees: kept only when the test fails.
     drop(registry);
     let _ = std::fs::remove_dir_all(&dir);
@@ -489,11 +499,7 @@ fn a_docker_archive_round_trips_through_skopeo() {
     // The probe reads the archive's uncompressed layers where they lie and
     // gives what it gives on the unpacked tree.
     let name = format!("docker-archive:{}", slimmed.display());
-    let (image_coverage, image_files) = coverage(&t, &name, &format!("{name}!"));
-    let (tree_coverage, tree_files) = coverage(&t, root.to_str().unwrap(), root.to_str().unwrap());
-    assert_eq!(image_coverage, tree_coverage);
-    assert_eq!(image_files, tree_files);
-    assert_eq!(image_files.len(), 1, "{image_files:?}");
+    same_coverage(&t, &name, root.to_str().unwrap(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -577,11 +583,7 @@ fn an_index_of_platforms_is_read_for_this_machine_as_skopeo_reads_it() {
     let picked = format!("oci:{}:p", dir.join("picked").display());
     skopeo_copy(&t, &multi, &picked);
     // The probe reads the same image from the index, and says which.
-    let (coverage_multi, files_multi) = coverage(&t, &multi, &format!("{multi}!"));
-    let (coverage_picked, files_picked) = coverage(&t, &picked, &format!("{picked}!"));
-    assert_eq!(coverage_multi, coverage_picked);
-    assert_eq!(files_multi, files_picked);
-    assert_eq!(files_multi.len(), 1, "{files_multi:?}");
+    same_coverage(&t, &multi, &picked, 1);
     // Slim writes that image alone, which skopeo reads back.
     let slimmed = format!("oci:{}:s", dir.join("slimmed").display());
     let out = run_ok(Command::new(&t.probe).args([
