@@ -653,7 +653,7 @@ impl Tar {
     /// digests checked.
     fn open(l: &Layer, path: PathBuf) -> Result<Tar, String> {
         if layer::Compression::of(l.bytes()) == layer::Compression::None {
-            layer::check_plain(l.bytes(), &l.digest, l.diff_id.as_deref())?;
+            layer::check_plain(&l.digest, l.diff_id.as_deref(), &l.blob_digest())?;
             return Ok(Tar::Blob(l.clone()));
         }
         // Removed whether or not the inflation completes.

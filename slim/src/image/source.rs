@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use offload_loader::MappedFile;
+use rayon::prelude::*;
 use serde_json::Value;
 
 use super::digest;
@@ -53,6 +54,9 @@ pub struct Layer {
     pub len: usize,
     /// Its digest, as the manifest gives it or (an archive) as hashed.
     pub digest: String,
+    /// Whether `digest` was hashed from its bytes when the image was read
+    /// (an archive's): then it is what they hash to.
+    pub hashed: bool,
     /// Its descriptor in the manifest (an archive's: made here).
     pub descriptor: Value,
     /// The config's `diff_id` for it.
@@ -62,6 +66,16 @@ pub struct Layer {
 impl Layer {
     pub fn bytes(&self) -> &[u8] {
         &self.file.bytes()[self.at..self.at + self.len]
+    }
+
+    /// What its bytes hash to: hashed now, unless they were when the image
+    /// was read.
+    pub fn blob_digest(&self) -> String {
+        if self.hashed {
+            self.digest.clone()
+        } else {
+            digest::of(self.bytes())
+        }
     }
 }
 
@@ -180,6 +194,7 @@ fn oci(dir: &Path, tag: Option<&str>) -> Result<Image, String> {
             at: 0,
             len,
             digest,
+            hashed: false,
             descriptor,
             diff_id: Some(diff_id),
         });
@@ -342,27 +357,41 @@ fn archive(file: &Path, tag: Option<&str>) -> Result<Image, String> {
     };
     let (c_at, c_len) = member(image["Config"].as_str().unwrap_or_default()).map_err(at)?;
     let config = map.bytes()[c_at..c_at + c_len].to_vec();
-    let mut layers = Vec::new();
-    for (path, diff_id) in paired(&image["Layers"], &config, "manifest.json").map_err(at)? {
-        let (l_at, l_len) = member(path.as_str().unwrap_or_default()).map_err(at)?;
-        let bytes = &map.bytes()[l_at..l_at + l_len];
-        let digest = digest::of(bytes);
-        let media = match super::layer::Compression::of(bytes) {
-            super::layer::Compression::Gzip => "application/vnd.oci.image.layer.v1.tar+gzip",
-            super::layer::Compression::Zstd => "application/vnd.oci.image.layer.v1.tar+zstd",
-            super::layer::Compression::None => "application/vnd.oci.image.layer.v1.tar",
-        };
-        layers.push(Layer {
-            file: map.clone(),
-            at: l_at,
-            len: l_len,
-            descriptor: serde_json::json!({
-                "mediaType": media, "digest": digest, "size": l_len,
-            }),
-            digest,
-            diff_id: Some(diff_id),
-        });
-    }
+    let placed: Vec<(usize, usize, String)> = paired(&image["Layers"], &config, "manifest.json")
+        .and_then(|layers| {
+            layers
+                .into_iter()
+                .map(|(path, diff_id)| {
+                    let (l_at, l_len) = member(path.as_str().unwrap_or_default())?;
+                    Ok((l_at, l_len, diff_id))
+                })
+                .collect()
+        })
+        .map_err(at)?;
+    // Each layer hashed for the digest that names it, on every core.
+    let layers: Vec<Layer> = placed
+        .into_par_iter()
+        .map(|(l_at, l_len, diff_id)| {
+            let bytes = &map.bytes()[l_at..l_at + l_len];
+            let digest = digest::of(bytes);
+            let media = match super::layer::Compression::of(bytes) {
+                super::layer::Compression::Gzip => "application/vnd.oci.image.layer.v1.tar+gzip",
+                super::layer::Compression::Zstd => "application/vnd.oci.image.layer.v1.tar+zstd",
+                super::layer::Compression::None => "application/vnd.oci.image.layer.v1.tar",
+            };
+            Layer {
+                file: map.clone(),
+                at: l_at,
+                len: l_len,
+                descriptor: serde_json::json!({
+                    "mediaType": media, "digest": digest, "size": l_len,
+                }),
+                digest,
+                hashed: true,
+                diff_id: Some(diff_id),
+            }
+        })
+        .collect();
     Ok(Image {
         manifest: None,
         config,
@@ -497,6 +526,26 @@ mod tests {
         );
         assert_eq!(file_of(&image), "this");
         assert_eq!(image.tags, ["multi"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_layers_bytes_are_hashed_unless_its_digest_was_hashed_from_them() {
+        let (os, arch) = this_platform();
+        let dir = layout(
+            "hashed",
+            &[(json!({ "os": os, "architecture": arch }), "a")],
+        );
+        let image = oci(&dir, Some("multi")).unwrap();
+        let layer = &image.layers[0];
+        // A layout's digest is the manifest's word: the bytes are hashed.
+        assert!(!layer.hashed);
+        let mut named = layer.clone();
+        named.digest = digest::of(b"not these bytes");
+        assert_eq!(named.blob_digest(), layer.digest);
+        // An archive's was hashed from the bytes as it was read.
+        named.hashed = true;
+        assert_eq!(named.blob_digest(), named.digest);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
