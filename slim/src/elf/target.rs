@@ -16,6 +16,9 @@ pub(super) type Header = elf::FileHeader64<LE>;
 
 pub(super) const PHDR_SIZE: u64 = 56;
 
+/// The size of the ELF64 file header (ELF gABI, "ELF Header").
+const HEADER_SIZE: u64 = 64;
+
 /// The page size compaction and holes are measured in.
 pub(crate) const PAGE: u64 = 4096;
 
@@ -75,6 +78,33 @@ pub(super) fn wrapper_fields(
     fields
 }
 
+/// Why the file header, the program header table and the section header
+/// table (offset, length; `tables` in that order) cannot each be rewritten on
+/// its own: two of them share bytes. The ELF gABI gives each its own place
+/// (`e_ehsize`, `e_phoff`, `e_shoff`); a file where one lies over another
+/// (only a hostile or broken file) would have one patch write over another's
+/// fields, so it is refused. Empty tables share nothing.
+fn shared_bytes(tables: &[(u64, u64); 3]) -> Option<String> {
+    const NAMES: [&str; 3] = [
+        "the ELF header",
+        "the program header table",
+        "the section header table",
+    ];
+    for i in 0..tables.len() {
+        for j in i + 1..tables.len() {
+            let ((a, a_len), (b, b_len)) = (tables[i], tables[j]);
+            if a_len > 0 && b_len > 0 && a < b.saturating_add(b_len) && b < a.saturating_add(a_len)
+            {
+                return Some(format!(
+                    "{} ({a:#x}, {a_len} bytes) and {} ({b:#x}, {b_len} bytes) overlap",
+                    NAMES[i], NAMES[j]
+                ));
+            }
+        }
+    }
+    None
+}
+
 impl<'a> Target<'a> {
     /// What a pointer stored at address `place` is known to point at: a
     /// container's start in a fat-binary wrapper's pointer fields (the
@@ -106,6 +136,19 @@ impl<'a> Target<'a> {
             .ok_or_else(|| unsafe_("the offload section is not in the section table"))?;
         let section = &shdrs[index];
         let names = header.section_strings(endian, data, shdrs).ok();
+        let shentsize = u64::from(header.e_shentsize(endian));
+        let phnum = u64::from(header.e_phnum(endian));
+        let tables = [
+            (0, u64::from(header.e_ehsize(endian)).max(HEADER_SIZE)),
+            (header.e_phoff(endian), phnum.saturating_mul(PHDR_SIZE)),
+            (
+                header.e_shoff(endian),
+                (shdrs.len() as u64).saturating_mul(shentsize),
+            ),
+        ];
+        if let Some(why) = shared_bytes(&tables) {
+            return Err(unsafe_(why));
+        }
         Ok(Target {
             wrapper_fields: wrapper_fields(data, shdrs, endian, names),
             data,
@@ -116,9 +159,9 @@ impl<'a> Target<'a> {
             phdrs,
             names,
             phoff: header.e_phoff(endian),
-            phnum: u64::from(header.e_phnum(endian)),
+            phnum,
             shoff: header.e_shoff(endian),
-            shentsize: u64::from(header.e_shentsize(endian)),
+            shentsize,
             index,
             offset,
             size,
@@ -161,5 +204,37 @@ impl<'a> Target<'a> {
             names: self.names,
         };
         refs::Scan::new(file, together)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_tables_that_share_bytes_are_named() {
+        // As linkers lay them out: the header, the program headers after it,
+        // the section headers at the end.
+        assert_eq!(shared_bytes(&[(0, 64), (64, 560), (90240, 1792)]), None);
+        // Touching, not overlapping.
+        assert_eq!(shared_bytes(&[(0, 64), (64, 56), (120, 64)]), None);
+        // No program header table (an object): nothing to share.
+        assert_eq!(shared_bytes(&[(0, 64), (0, 0), (1000, 640)]), None);
+        // A fuzzed file: the program header table begins inside the header.
+        let why = shared_bytes(&[(0, 64), (8, 560), (90240, 1792)]).unwrap();
+        assert!(
+            why.starts_with("the ELF header (0x0, 64 bytes) and the program header table (0x8"),
+            "{why}"
+        );
+        // The section header table over the program header table's end.
+        let why = shared_bytes(&[(0, 64), (64, 560), (600, 640)]).unwrap();
+        assert!(
+            why.starts_with("the program header table") && why.contains("section header table"),
+            "{why}"
+        );
+        // Over the header; and an offset near the end of the address space.
+        assert!(shared_bytes(&[(0, 64), (64, 56), (0x20, 64)]).is_some());
+        assert_eq!(shared_bytes(&[(0, 64), (u64::MAX - 8, 56), (64, 64)]), None);
+        assert!(shared_bytes(&[(0, 64), (u64::MAX - 8, 56), (u64::MAX - 4, 64)]).is_some());
     }
 }
