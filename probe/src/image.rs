@@ -82,13 +82,13 @@ impl Images {
             .iter()
             .flat_map(|(image, gpu)| {
                 gpu.files.iter().map(move |f| {
-                    let name = format!("{image}!/{}", f.names[0].display());
+                    let name = offload_slim::inner_name(image, f.names[0].display());
                     let part = Part {
                         holder: &f.holder,
                         offset: f.offset,
                         len: f.len,
                     };
-                    (PathBuf::from(name), part)
+                    (name, part)
                 })
             })
             .collect()

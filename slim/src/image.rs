@@ -266,7 +266,7 @@ fn slim_layer(
             } else {
                 slim(&Destination::To(output.clone()))
             };
-            r.path = PathBuf::from(format!("{image}!/{}", e.path));
+            r.path = crate::inner_name(image, &e.path);
             r.notes.push(format!("in layer {index} ({})", l.digest));
             if r.other_gpus.take().is_some() {
                 r.notes.push(

@@ -48,6 +48,22 @@ pub use pieces::{Output, Piece};
 pub use refusal::Unsafe;
 pub use wheel::{slim_wheel, WheelReport};
 
+/// The name a file inside another (a file in an image's layer, an entry of
+/// a wheel) is reported under: the holder's name, `!/`, the file's path in
+/// it (`oci:DIR:TAG!/usr/lib/libx.so`, `x.whl!/pkg/libx.so`), as the code
+/// object URIs of a file inside another are written.
+///
+/// ```
+/// let name = offload_slim::inner_name("oci:img:v1", "usr/lib/libx.so");
+/// assert_eq!(name, std::path::Path::new("oci:img:v1!/usr/lib/libx.so"));
+/// ```
+pub fn inner_name(
+    holder: impl std::fmt::Display,
+    path: impl std::fmt::Display,
+) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("{holder}!/{path}"))
+}
+
 /// What became of one container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerReport {

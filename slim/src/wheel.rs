@@ -148,7 +148,7 @@ fn run(
                 Destination::To(result.clone())
             };
             let mut r = slim_file(&taken, options, &destination);
-            r.path = PathBuf::from(format!("{}!/{entry}", path.display()));
+            r.path = crate::inner_name(path.display(), entry);
             if r.other_gpus.take().is_some() {
                 r.notes.push(
                     "GPU code for other GPUs only: kept in the wheel, whose package may open it by name"
