@@ -115,11 +115,14 @@ impl MappedFile {
         self.map.as_deref().unwrap_or_default()
     }
 
-    /// Tells the kernel that all of the file will be read: it starts
-    /// reading every page in, in the background, and reads ahead again on
-    /// a page fault. For a caller that reads the whole file (slimming it);
-    /// a file is mapped for one that reads its headers, page by page. A
-    /// hint: nothing changes where it is not taken.
+    /// Tells the kernel that all of the file will be read: the file's
+    /// read-ahead is on again (a file is mapped for a caller that reads its
+    /// headers, page by page), so each fault reads ahead of it, and the
+    /// first read-ahead window is read in the background (Linux clamps one
+    /// `WILLNEED` to the larger of the device's read-ahead and its largest
+    /// I/O: `force_page_cache_ra`, mm/readahead.c). For a caller that reads
+    /// the whole file (slimming it). A hint: nothing changes where it is not
+    /// taken.
     pub fn will_read_all(&self) {
         if let Some(map) = &self.map {
             let _ = map.advise(memmap2::Advice::Normal);

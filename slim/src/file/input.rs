@@ -102,8 +102,8 @@ impl Input {
         }
         input.same_file()?;
         // Slimming reads the whole file (the containers, what may refer to
-        // them, the comparison, the copy): read in as `cp` reads, not
-        // fault by fault.
+        // them, the comparison, the copy): each fault reads ahead, as
+        // `cp`'s reads do, not page by page.
         input.map.will_read_all();
         Ok(input)
     }
