@@ -136,15 +136,15 @@ impl<'a> Target<'a> {
             .ok_or_else(|| unsafe_("the offload section is not in the section table"))?;
         let section = &shdrs[index];
         let names = header.section_strings(endian, data, shdrs).ok();
-        let shentsize = u64::from(header.e_shentsize(endian));
-        let phnum = u64::from(header.e_phnum(endian));
+        let (phoff, phnum) = (header.e_phoff(endian), u64::from(header.e_phnum(endian)));
+        let (shoff, shentsize) = (
+            header.e_shoff(endian),
+            u64::from(header.e_shentsize(endian)),
+        );
         let tables = [
             (0, u64::from(header.e_ehsize(endian)).max(HEADER_SIZE)),
-            (header.e_phoff(endian), phnum.saturating_mul(PHDR_SIZE)),
-            (
-                header.e_shoff(endian),
-                (shdrs.len() as u64).saturating_mul(shentsize),
-            ),
+            (phoff, phnum.saturating_mul(PHDR_SIZE)),
+            (shoff, (shdrs.len() as u64).saturating_mul(shentsize)),
         ];
         if let Some(why) = shared_bytes(&tables) {
             return Err(unsafe_(why));
@@ -158,9 +158,9 @@ impl<'a> Target<'a> {
             shdrs,
             phdrs,
             names,
-            phoff: header.e_phoff(endian),
+            phoff,
             phnum,
-            shoff: header.e_shoff(endian),
+            shoff,
             shentsize,
             index,
             offset,
