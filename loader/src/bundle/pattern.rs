@@ -31,6 +31,8 @@ pub struct IdsPattern {
     /// mask of the bytes compared (the last word padded with zeros).
     words: Vec<(u64, u64)>,
     len: usize,
+    /// Where each entry's record starts.
+    records: Vec<usize>,
 }
 
 impl IdsPattern {
@@ -43,11 +45,13 @@ impl IdsPattern {
         // 0xff where a byte is compared, 0 where not.
         let mut mask = vec![0xff; HEADER];
         let mut count = 0u64;
+        let mut records = Vec::new();
         for id in ids {
             count += 1;
             if count > limits.max_entries {
                 return None;
             }
+            records.push(expected.len());
             // Offset and size, not compared; the ID's length; the ID.
             expected.resize(expected.len() + 16, 0);
             mask.resize(mask.len() + 16, 0);
@@ -64,7 +68,27 @@ impl IdsPattern {
         Some(IdsPattern {
             words,
             len: expected.len(),
+            records,
         })
+    }
+
+    /// Entry `index`'s code object in `bundle` (its bytes from the table's
+    /// start), for a table the pattern [`matches`](Self::matches): its
+    /// offset and size read at the record's known place, with no other
+    /// record read. `None` where the entry is not there, or its code object
+    /// does not lie in `bundle` after the table (where
+    /// [`super::Bundle::parse`] would refuse the bundle too).
+    pub fn code_object<'d>(&self, bundle: &'d [u8], index: usize) -> Option<&'d [u8]> {
+        let record = *self.records.get(index)?;
+        let word = |at: usize| -> Option<usize> {
+            let bytes = bundle.get(at..at.checked_add(8)?)?;
+            usize::try_from(u64::from_le_bytes(bytes.try_into().ok()?)).ok()
+        };
+        let (offset, size) = (word(record)?, word(record + 8)?);
+        if size > 0 && offset < self.len {
+            return None;
+        }
+        bundle.get(offset..offset.checked_add(size)?)
     }
 
     /// Whether the bundle whose table starts `prefix` lists the pattern's
@@ -202,5 +226,31 @@ mod tests {
         let ids = [GENERIC.as_bytes(), GFX1100.as_bytes()];
         assert!(IdsPattern::new(ids, &limits).is_some());
         assert!(IdsPattern::new(ids.into_iter().chain([GFX90A.as_bytes()]), &limits).is_none());
+    }
+
+    #[test]
+    fn finds_a_code_object_where_its_record_lies() {
+        let ids = [HOST, GENERIC, "hipv4-amdgcn-amd-amdhsa--gfx1100"];
+        let objects: [&[u8]; 3] = [b"", b"generic code", b"gfx1100 code"];
+        let entries: Vec<(&str, &[u8])> = ids.iter().copied().zip(objects).collect();
+        let bytes = build(&entries, 8);
+        let limits = Limits::default();
+        let pattern = IdsPattern::new(ids.iter().map(|i| i.as_bytes()), &limits).unwrap();
+        assert!(pattern.matches(&bytes));
+        for (i, object) in objects.iter().enumerate() {
+            assert_eq!(pattern.code_object(&bytes, i), Some(*object), "{i}");
+        }
+        assert_eq!(pattern.code_object(&bytes, 3), None);
+        // Cut short, or pointing into the table: not read.
+        assert_eq!(pattern.code_object(&bytes[..bytes.len() - 1], 2), None);
+        let record = pattern.records[2];
+        let mut inside = bytes.clone();
+        inside[record..record + 8].copy_from_slice(&8u64.to_le_bytes());
+        assert_eq!(pattern.code_object(&inside, 2), None);
+        let mut huge = bytes.clone();
+        huge[record..record + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(pattern.code_object(&huge, 2), None);
+        huge[record + 8..record + 16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(pattern.code_object(&huge, 2), None);
     }
 }
