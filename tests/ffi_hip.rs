@@ -696,15 +696,18 @@ fn hip_spy(e: &Loader, dir: &Path) -> PathBuf {
     spy
 }
 
-/// clang writes `gfx11-generic` before `gfx1100` in a bundle (ascending
-/// target IDs), and libamdhip64 5.2 gives a device the first compatible
-/// code object in table order: a gfx1100 would run the generic code.
-/// Handed on by this library, the bundle libamdhip64 gets (seen by a
-/// definition of the hooks between the two, which saves it) has `gfx1100`
-/// and `gfx90a` before `gfx11-generic`, each code object in it byte for
-/// byte the program's own, as LLVM 22's `clang-offload-bundler` unbundles
-/// both. A compressed bundle is handed on as it is. The program prints
-/// what it prints without this library.
+/// libamdhip64 gives a device the first compatible code object of the
+/// table, by entry ID, its own processor's before its generic family's
+/// whatever the order (clr `extractCodeObjectFromFatBinary`; 5.2 matches
+/// its own processor only). clang's bundle (`gfx11-generic`, `gfx1100`,
+/// `gfx90a`) already gives this library's choice on a gfx1100 and a gfx90a:
+/// it is handed on as it is. A bundle with `gfx90a` "any" before
+/// `gfx90a:xnack+` would give an xnack+ gfx90a the "any" code: handed on by
+/// this library, the bundle libamdhip64 gets (seen by a definition of the
+/// hooks between the two, which saves it) has `gfx90a:xnack+` first, each
+/// code object in it byte for byte the program's own, as LLVM 22's
+/// `clang-offload-bundler` unbundles both. A compressed bundle is handed on
+/// as it is. The program prints what it prints without this library.
 #[test]
 fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
     let Some(e) = loader() else { return };
@@ -714,42 +717,67 @@ fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
     }
     let dir = scratch("hip-first-fit");
     let spy = hip_spy(&e, &dir);
-    let gpus = [
-        "hipv4-amdgcn-amd-amdhsa--gfx11-generic",
-        "hipv4-amdgcn-amd-amdhsa--gfx1100",
-        "hipv4-amdgcn-amd-amdhsa--gfx90a",
-    ];
     let expected = "count rc=100 (hipErrorNoDevice) n=0\nattributes rc=101 (hipErrorInvalidDevice)\nlaunch rc=101 (hipErrorInvalidDevice)\n";
-    let program = LinkedProgram::hip(&["gfx1100", "gfx11-generic", "gfx90a"], "hip_launch.hip");
     let saved = dir.join("handed.bundle");
     // libamdhip64 can find a gfx1100 and a gfx90a: KFD's topology lists
     // them (ROCr finds its agents there).
     let kfd = fake_kfd(&dir, &[110000, 90010]);
-    let spied = |program: LinkedProgram| {
-        let exe = e.build(program.link(&spy));
+    let handed = |exe: &Path, kfd: &Path| {
         let _ = std::fs::remove_file(&saved);
         let out = run_ok(
-            Command::new(&exe)
+            Command::new(exe)
                 .env("SPY_BUNDLE", &saved)
-                .env("OFFLOAD_LOADER_KFD_ROOT", &kfd),
+                .env("OFFLOAD_LOADER_KFD_ROOT", kfd),
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{exe:?}");
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        (exe, line(&err, "spy: ").to_string())
+        line(&err, "spy: ").to_string()
     };
-    // Without this library, the spy sees the program's own table.
-    let (_, table) = spied(program.clone().without_loader());
-    let clang = format!(
-        "spy: bundle host-x86_64-unknown-linux-gnu- {}",
-        gpus.join(" ")
+    let table = |ids: &[&str]| {
+        let ids: Vec<String> = ids
+            .iter()
+            .map(|id| format!("hipv4-amdgcn-amd-amdhsa--{id}"))
+            .collect();
+        format!(
+            "spy: bundle host-x86_64-unknown-linux-gnu- {}",
+            ids.join(" ")
+        )
+    };
+    // clang's table, without this library and with it.
+    let program = LinkedProgram::hip(&["gfx1100", "gfx11-generic", "gfx90a"], "hip_launch.hip");
+    let clang = table(&["gfx11-generic", "gfx1100", "gfx90a"]);
+    let exe = e.build(program.clone().link(&spy).without_loader());
+    assert_eq!(handed(&exe, &kfd), clang);
+    let exe = e.build(program.clone().link(&spy));
+    assert_eq!(handed(&exe, &kfd), clang);
+    let exe = e.build(program.clone().link(&spy).compress());
+    assert_eq!(handed(&exe, &kfd), "spy: not an uncompressed bundle");
+
+    // "Any" before stated features: clang's gfx906 entry renamed gfx90a
+    // (its ID and its code object's processor), before `gfx90a:xnack+`.
+    let built =
+        e.build(LinkedProgram::hip(&["gfx906", "gfx90a:xnack+"], "hip_launch.hip").link(&spy));
+    let exe = renamed(&built, "gfx906", "gfx90a", 0x3f, &dir.join("renamed"));
+    let own = table(&["gfx90a", "gfx90a:xnack+"]);
+    let without = e.build(
+        LinkedProgram::hip(&["gfx906", "gfx90a:xnack+"], "hip_launch.hip")
+            .link(&spy)
+            .without_loader(),
     );
-    assert_eq!(table, clang);
-    let (exe, table) = spied(program.clone());
-    let handed = format!(
-        "spy: bundle host-x86_64-unknown-linux-gnu- {} {} {}",
-        gpus[1], gpus[2], gpus[0]
+    assert_eq!(
+        handed(
+            &renamed(
+                &without,
+                "gfx906",
+                "gfx90a",
+                0x3f,
+                &dir.join("renamed-alone")
+            ),
+            &kfd
+        ),
+        own
     );
-    assert_eq!(table, handed);
+    assert_eq!(handed(&exe, &kfd), table(&["gfx90a:xnack+", "gfx90a"]));
     let original = dir.join("original.bundle");
     run_ok(
         Command::new("objcopy")
@@ -757,53 +785,76 @@ fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
             .arg(&exe)
             .arg(&original),
     );
-    for id in gpus {
+    for id in [
+        "hipv4-amdgcn-amd-amdhsa--gfx90a",
+        "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+",
+    ] {
         let ours = e.tc.unbundle(&saved, id).unwrap();
         let theirs = e.tc.unbundle(&original, id).unwrap();
         assert!(!ours.is_empty() && ours == theirs, "{id}");
     }
-    let (_, table) = spied(program.clone().compress());
-    assert_eq!(table, "spy: not an uncompressed bundle");
-    // Where no gfx11 GPU can be present (a gfx90a only, or no GPU at all),
-    // no device would take the generic code: the program's own table is
-    // handed on, and nothing is copied.
-    for gpus in [fake_kfd(&dir.join("gfx90a"), &[90010]), dir.join("none")] {
-        let out = run_ok(
-            Command::new(&exe)
-                .env("SPY_BUNDLE", &saved)
-                .env("OFFLOAD_LOADER_KFD_ROOT", &gpus),
-        );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(line(&err, "spy: "), clang, "{gpus:?}");
+    // Where no gfx90a can be present (a gfx1100 only, or no GPU at all),
+    // the program's own table is handed on.
+    for gpus in [fake_kfd(&dir.join("gfx1100"), &[110000]), dir.join("none")] {
+        assert_eq!(handed(&exe, &gpus), own, "{gpus:?}");
     }
-    // A gfx1100 entry whose code object says gfx1101 is never handed first:
-    // libamdhip64 compares entry IDs only, and would give a gfx1100 device
-    // code this library rejects (the generic code is its choice). Without
-    // the mislabelling the same table is handed gfx1100 first.
-    let pair = LinkedProgram::hip(&["gfx1100", "gfx11-generic"], "hip_launch.hip");
-    let (exe, table) = spied(pair.clone());
-    assert_eq!(
-        table,
-        format!(
-            "spy: bundle host-x86_64-unknown-linux-gnu- {} {}",
-            gpus[1], gpus[0]
-        )
+
+    // A gfx1100 entry whose code object says gfx1101 is never handed to a
+    // gfx1100: libamdhip64 compares entry IDs only, and takes gfx1100's
+    // before the generic code (this library's choice) in any order. The
+    // table handed names that entry by its header. Without the mislabelling
+    // clang's table is handed as it is.
+    let pair =
+        e.build(LinkedProgram::hip(&["gfx1100", "gfx11-generic"], "hip_launch.hip").link(&spy));
+    assert_eq!(handed(&pair, &kfd), table(&["gfx11-generic", "gfx1100"]));
+    let patched = mislabelled(&pair, &dir);
+    assert_eq!(handed(&patched, &kfd), table(&["gfx11-generic", "gfx1101"]));
+    run_ok(
+        Command::new("objcopy")
+            .args(["-O", "binary", "--only-section=.hip_fatbin"])
+            .arg(&patched)
+            .arg(&original),
     );
-    let patched = mislabelled(&exe, &dir);
-    let out = run_ok(
-        Command::new(&patched)
-            .env("SPY_BUNDLE", &saved)
-            .env("OFFLOAD_LOADER_KFD_ROOT", &kfd),
+    let ours =
+        e.tc.unbundle(&saved, "hipv4-amdgcn-amd-amdhsa--gfx1101")
+            .unwrap();
+    let theirs =
+        e.tc.unbundle(&original, "hipv4-amdgcn-amd-amdhsa--gfx1100")
+            .unwrap();
+    assert!(!ours.is_empty() && ours == theirs);
+}
+
+/// A copy of `exe` at `out` whose bundle entry `from` is renamed `to` (an
+/// ID of the same length), its code object's processor
+/// (`EF_AMDGPU_MACH`, llvm/BinaryFormat/ELF.h) set to `mach`.
+fn renamed(exe: &Path, from: &str, to: &str, mach: u32, out: &Path) -> PathBuf {
+    use offload_loader_workspace::loader::{Limits, MappedFile};
+
+    let (from, to) = (
+        format!("hipv4-amdgcn-amd-amdhsa--{from}"),
+        format!("hipv4-amdgcn-amd-amdhsa--{to}"),
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        line(&err, "spy: "),
-        format!(
-            "spy: bundle host-x86_64-unknown-linux-gnu- {} {}",
-            gpus[0], gpus[1]
-        )
-    );
+    assert_eq!(from.len(), to.len());
+    let mut bytes = std::fs::read(exe).unwrap();
+    let (table, code) = {
+        let file = MappedFile::open(exe).unwrap();
+        let sections = file.containers(&Limits::default()).unwrap();
+        let c = sections[0].containers[0].as_ref().unwrap();
+        let image = c.images().iter().find(|i| i.id == from).unwrap();
+        (c.offset() as usize, (c.offset() + image.offset) as usize)
+    };
+    let record = table
+        + bytes[table..code]
+            .windows(from.len())
+            .position(|w| w == from.as_bytes())
+            .unwrap();
+    bytes[record..record + to.len()].copy_from_slice(to.as_bytes());
+    assert_eq!(&bytes[code..code + 4], b"\x7fELF");
+    let flags = u32::from_le_bytes(bytes[code + 48..code + 52].try_into().unwrap());
+    bytes[code + 48..code + 52].copy_from_slice(&((flags & !0xff) | mach).to_le_bytes());
+    std::fs::write(out, &bytes).unwrap();
+    std::fs::set_permissions(out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    out.to_path_buf()
 }
 
 /// A `__managed__` variable, standalone (no libamdhip64 linked), from

@@ -1,17 +1,23 @@
 //! HIP fat binaries laid out for libamdhip64, which gives each device the
-//! first compatible code object of the bundle in table order (clr
-//! `CodeObject::extractCodeObjectFromFatBinary`; newer clr looks for a
-//! specific processor before a generic one).
+//! first compatible code object of the bundle in table order, by entry ID,
+//! a processor's own code before its generic family's whatever the order
+//! (clr `CodeObject::extractCodeObjectFromFatBinary`;
+//! [`VendorRuntime::in_table_order`]).
 //!
 //! Where the table's own order would not give this library's choice on some
 //! device that can be present (one KFD's topology lists: ROCr finds its
-//! agents there) ([`offload_loader::first_fit_order_checked`]: `gfx11-generic`
-//! before `gfx1100`, `gfx90a` "any" before `gfx90a:xnack+`, or a `gfx1100`
-//! entry whose code object's header says it is for another processor, which
-//! clr would hand a gfx1100 by its ID), libamdhip64 is handed
-//! a copy of the program's wrapper pointing to a table whose entries are
-//! in that order. It lives until the fat binary is unregistered. A table
-//! whose order already gives the choice is handed on as it is.
+//! agents there) ([`offload_loader::first_fit_order_on`]: `gfx90a` "any"
+//! before `gfx90a:xnack+` on a gfx90a), libamdhip64 is handed a copy of the
+//! program's wrapper pointing to a table whose entries are in that order.
+//! Where an entry that a present device would take over another is found,
+//! by its code object's header, to be for another processor
+//! ([`offload_loader::named_by_headers`]: a `gfx1100` entry holding gfx1101
+//! code beside `gfx11-generic`), the table handed names that entry by its
+//! header: clr, which goes by IDs and takes gfx1100's entry before the
+//! generic one in any order, would otherwise hand a gfx1100 that code. It
+//! lives until the fat binary is unregistered. A table whose order already
+//! gives the choice, as clang's (`gfx11-generic`, `gfx1100`, `gfx90a`), is
+//! handed on as it is.
 //!
 //! Cost: none where no AMD GPU can be found (the bundle is not read).
 //! Else reading the table, and deciding once per distinct list of entry
@@ -21,7 +27,7 @@
 //! those IDs give ([`IdsPattern`]); for a table where one
 //! entry would be taken over another on a present device (`gfx1100` and
 //! `gfx11-generic` on a gfx1100), the header of that entry's code object is
-//! read each time, its first page. A reordered table is a new table over the
+//! read each time, its first page. A new table is written over the
 //! program's own code objects ([`crate::view`]): no code object is copied
 //! unless the object's file cannot be mapped again. A compressed bundle (`CCOB`) is handed on
 //! as it is: reading its table would inflate the start of every one at
@@ -36,7 +42,7 @@ use std::sync::Arc;
 use offload_loader::bundle::{write, Bundle, IdsPattern};
 use offload_loader::registration::{FatbinWrapper, WrapperKind, WRAPPER_SIZE};
 use offload_loader::target::Processor;
-use offload_loader::{Container, Content, Image, ImageSource, Limits, Present};
+use offload_loader::{Container, Content, Image, ImageSource, Limits, Present, VendorRuntime};
 use once_cell::race::OnceBox;
 
 use crate::library::fatbin_bytes;
@@ -104,7 +110,7 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Handed> {
             let ids = images.iter().map(|i| i.id.as_bytes());
             let decided = Arc::new(FirstFit {
                 contested: offload_loader::first_fit_contested(images, present),
-                order: offload_loader::first_fit_order_on(images, present),
+                order: offload_loader::first_fit_order_on(images, present, VendorRuntime::Hip),
                 ids: IdsPattern::new(ids, &limits)?,
                 images: images.to_vec(),
             });
@@ -118,30 +124,42 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Handed> {
     if decided.order.is_none() && decided.contested.is_empty() {
         return None;
     }
-    let bundle = Bundle::parse(data, &limits).ok()?;
     // Each time, the headers that can change it (their first page), read
-    // from this bundle's code objects; where one contradicts its ID, the
-    // bundle is read whole and decided again.
+    // from this bundle's code objects where their records say (the table
+    // is not parsed); where one contradicts its ID, the bundle is read
+    // whole, that entry named by its header and the order decided again.
     let source = DecidedBundle {
         images: &decided.images,
-        bundle: &bundle,
+        ids: &decided.ids,
+        data,
     };
-    let order = if offload_loader::headers_agree(&source, &decided.contested) {
-        decided.order.clone()
+    let (order, named) = if offload_loader::headers_agree(&source, &decided.contested) {
+        (decided.order.clone()?, None)
     } else {
         let container = Container::parse(data, &limits).ok()?;
-        offload_loader::first_fit_order_checked(&container, present)
-    }?;
+        let named = offload_loader::named_by_headers(&container, &decided.contested);
+        let order = offload_loader::first_fit_order_on(&named, present, VendorRuntime::Hip);
+        (
+            order.unwrap_or_else(|| (0..named.len()).collect()),
+            Some(named),
+        )
+    };
+    let bundle = Bundle::parse(data, &limits).ok()?;
+    let ids: Vec<&str> = match &named {
+        Some(named) => named.iter().map(|i| i.id.as_str()).collect(),
+        None => bundle.entries().iter().map(|e| e.id).collect(),
+    };
     // SAFETY: registration parsed these bytes of the wrapper in a loaded
     // segment of the object its record pins until unregistration.
     let info =
         FatbinWrapper::parse(unsafe { process::memory(wrapper..wrapper + WRAPPER_SIZE as usize) })
             .ok()?;
-    let view = object_view(data).and_then(|object| View::new(&object, data, &bundle, &order, info));
+    let view =
+        object_view(data).and_then(|object| View::new(&object, data, &bundle, &order, &ids, info));
     if let Some(view) = view {
         return Some(Handed::View(view));
     }
-    let bundle = write::reordered(&bundle, &order)?;
+    let bundle = write::reordered(&bundle, &order, &ids)?;
     Some(Handed::Copy(laid_out(info, &bundle)))
 }
 
@@ -241,13 +259,14 @@ fn prefetch(address: usize) {
 #[cfg(not(target_arch = "x86_64"))]
 fn prefetch(_address: usize) {}
 
-/// A bundle whose entry IDs are those a decision was made for: the
-/// decision's images (their IDs parsed once) over this bundle's code
-/// objects, whose headers are read as a [`Container`]'s are
-/// ([`Content::read_head`]).
+/// A bundle whose entry IDs are those a decision was made for (its table
+/// matches `ids`): the decision's images (their IDs parsed once) over this
+/// bundle's code objects, found where the pattern places their records,
+/// whose headers are read as a [`Container`]'s are ([`Content::read_head`]).
 struct DecidedBundle<'a> {
     images: &'a [Image],
-    bundle: &'a Bundle<'a>,
+    ids: &'a IdsPattern,
+    data: &'a [u8],
 }
 
 impl ImageSource for DecidedBundle<'_> {
@@ -256,8 +275,7 @@ impl ImageSource for DecidedBundle<'_> {
     }
 
     fn read_content(&self, index: usize) -> Option<Content> {
-        let entry = self.bundle.entries().get(index)?;
-        let code = self.bundle.code_object(entry).ok()?;
+        let code = self.ids.code_object(self.data, index)?;
         Some(Content::read_head(code))
     }
 }

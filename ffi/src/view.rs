@@ -57,17 +57,19 @@ pub(crate) struct View {
 impl View {
     /// The table for `bundle` (parsed from `data`, the program's bytes in a
     /// loaded object, starting at the bundle) with its entries in `order`,
-    /// behind a copy of `wrapper` pointing to it, in `object`'s view; `None`
-    /// where the view has no room left or does not hold the bundle.
+    /// entry `i` under the ID `ids[i]`, behind a copy of `wrapper` pointing
+    /// to it, in `object`'s view; `None` where the view has no room left or
+    /// does not hold the bundle.
     pub(crate) fn new(
         object: &Arc<ObjectView>,
         data: &[u8],
         bundle: &Bundle<'_>,
         order: &[usize],
+        ids: &[&str],
         wrapper: FatbinWrapper,
     ) -> Option<View> {
         let entries = bundle.entries();
-        if order.len() != entries.len() {
+        if order.len() != entries.len() || ids.len() != entries.len() {
             return None;
         }
         let start = data.as_ptr() as usize;
@@ -80,7 +82,7 @@ impl View {
         if start < object.start || end > object.end {
             return None;
         }
-        let ids: Vec<&str> = order.iter().map(|&i| entries[i].id).collect();
+        let ids: Vec<&str> = order.iter().map(|&i| ids[i]).collect();
         let sizes: Vec<u64> = order.iter().map(|&i| entries[i].size).collect();
         let table_len = usize::try_from(write::table_len(&ids)).ok()?;
         let at = object.allocate(TABLE_AT + table_len)?;

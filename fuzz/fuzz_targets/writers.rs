@@ -23,7 +23,8 @@ fuzz_target!(|input: &[u8]| {
     if let Ok(read) = Bundle::parse(data, &limits) {
         // Reversed, every entry reads back with its own code object.
         let order: Vec<usize> = (0..read.entries().len()).rev().collect();
-        if let Some(reversed) = bundle::write::reordered(&read, &order) {
+        let ids: Vec<&str> = read.entries().iter().map(|e| e.id).collect();
+        if let Some(reversed) = bundle::write::reordered(&read, &order, &ids) {
             let again = Bundle::parse(&reversed, &limits).expect("what was reordered reads back");
             let got: Vec<_> = again.entries().iter().map(|e| (e.id, again.code_object(e).unwrap())).collect();
             let want: Vec<_> = order.iter().map(|&i| &read.entries()[i]).map(|e| (e.id, read.code_object(e).unwrap())).collect();

@@ -64,7 +64,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use image::{CodeKind, Content, Image};
 pub use limits::Limits;
 pub use select::{
-    first_fit_contested, first_fit_order, first_fit_order_checked, first_fit_order_on,
-    headers_agree, preference, select, DeviceTarget, ImageSource, Policy, Present, Rejection,
-    Selection,
+    first_fit_contested, first_fit_order, first_fit_order_on, headers_agree, named_by_headers,
+    preference, select, DeviceTarget, ImageSource, Policy, Present, Rejection, Selection,
+    VendorRuntime,
 };

@@ -436,6 +436,24 @@ impl VendorRuntime {
         }
     }
 
+    /// Whether the runtime, given two images a device can run, takes the one
+    /// earlier in its table (fits `earlier` and `later`), so that their
+    /// order decides. libomptarget does for any two (`omptarget`
+    /// `registerImage`, in order). clr does within one tier only: it takes
+    /// native code objects before SPIR-V, and a processor's own code before
+    /// its generic family's whatever the order (clr `hip_code_object.cpp`
+    /// `extractCodeObjectFromFatBinaryUsingComgr`: a specific code object
+    /// found later replaces a generic one; clr before generic targets, as
+    /// ROCm 5.2's hipamd, matches only the device's own processor).
+    pub fn in_table_order(self, earlier: &Fit, later: &Fit) -> bool {
+        match self {
+            VendorRuntime::Libomptarget => true,
+            VendorRuntime::Hip => {
+                (earlier.native, earlier.specific) == (later.native, later.specific)
+            }
+        }
+    }
+
     /// The runtime that loads images of `kind`, if its rule differs from
     /// best fit at all (the CUDA driver picks the best cubin itself).
     fn of(kind: &OffloadKind) -> Option<VendorRuntime> {
@@ -540,28 +558,33 @@ pub fn preference(images: &[Image]) -> Vec<usize> {
     order
 }
 
-/// A table order in which a runtime that takes the first compatible image
-/// (libomptarget; clr, which also looks for a specific processor before a
-/// generic one) takes [`select`]'s choice on every device, moving only GPU
-/// images: a host entry stays where it is and the GPU images fill the GPU
-/// places in [`preference`] order. `None` when the table's own order
-/// already gives that choice ([`first_fit_agrees`]): a caller then hands
-/// the original on. A table whose inversions never meet on one device
+/// A table order in which libomptarget, which takes the first compatible
+/// image in descriptor order, takes [`select`]'s choice on every device,
+/// moving only GPU images: a host entry stays where it is and the GPU images
+/// fill the GPU places in [`preference`] order. `None` when the table's own
+/// order already gives that choice ([`first_fit_agrees`]): a caller then
+/// hands the original on. A table whose inversions never meet on one device
 /// (`gfx908` before `gfx90a:xnack+`, as in clang's bundles) is left alone.
 pub fn first_fit_order(images: &[Image]) -> Option<Vec<usize>> {
-    order(images, Present::Any)
+    order(images, Present::Any, VendorRuntime::Libomptarget)
 }
 
-/// [`first_fit_order`] for the AMD processors `present` only, from what the
-/// images record (no header is read).
-pub fn first_fit_order_on(images: &[Image], present: Present<'_>) -> Option<Vec<usize>> {
-    order(images, present)
+/// [`first_fit_order`] for `runtime`'s rule ([`VendorRuntime::in_table_order`])
+/// on the AMD processors `present` only, from what the images record (no
+/// header is read): for clr, a generic family before its member is no
+/// inversion (clr takes the member's code whatever the order).
+pub fn first_fit_order_on(
+    images: &[Image],
+    present: Present<'_>,
+    runtime: VendorRuntime,
+) -> Option<Vec<usize>> {
+    order(images, present, runtime)
 }
 
 /// Whether the headers of `source`'s images `indices` agree with their
-/// containers' claims (or cannot be read): then
-/// [`first_fit_order_checked`] gives the order [`first_fit_order_on`] gives
-/// with no header read, which a caller may have kept for the same IDs.
+/// containers' claims (or cannot be read): then [`named_by_headers`] gives
+/// the images as they are, and a caller may keep the order
+/// [`first_fit_order_on`] gave for the same IDs.
 pub fn headers_agree<S: ImageSource + ?Sized>(source: &S, indices: &[usize]) -> bool {
     indices.iter().all(|&i| {
         let claimed = source.images().get(i).map(|image| &image.arch);
@@ -573,8 +596,59 @@ pub fn headers_agree<S: ImageSource + ?Sized>(source: &S, indices: &[usize]) -> 
     })
 }
 
-fn order(images: &[Image], present: Present<'_>) -> Option<Vec<usize>> {
-    if agrees(images, present) {
+/// `source`'s images with the headers of `indices` read, and each of those
+/// whose header contradicts its bundle entry ID named by its header: the
+/// entry ID's target replaced by the header's (`hipv4-amdgcn-amd-amdhsa--gfx1100`
+/// holding gfx1101 code becomes `...--gfx1101`), and its arch with it. A
+/// runtime that goes by entry IDs (clr's `extractCodeObjectFromFatBinary`
+/// compares them, and looks for the device's own processor before its
+/// generic family whatever the table's order) is then never handed such
+/// code for the processor its ID claims: no order could keep it from clr.
+/// An image whose ID has no target to replace (not in the bundle's
+/// `KIND-TRIPLE-TARGET` form) keeps its ID and its contradicting header.
+pub fn named_by_headers<S: ImageSource + ?Sized>(source: &S, indices: &[usize]) -> Vec<Image> {
+    let mut images = source.images().to_vec();
+    for &i in indices {
+        let Some(image) = images.get_mut(i) else {
+            continue;
+        };
+        image.content = source.read_content(i);
+        let actual = image.content.as_ref().and_then(|c| c.arch.clone());
+        if let Some(actual @ Arch::Amdgpu(target)) = actual.filter(|a| contradicts(&image.arch, a))
+        {
+            // The target follows the triple's empty environment: `TRIPLE--`.
+            if let Some(at) = image.id.find("--") {
+                image.id = format!("{}{target}", &image.id[..at + 2]);
+                image.arch = actual;
+            }
+        }
+    }
+    images
+}
+
+/// The images whose own header can change what a first-fit runtime is to be
+/// handed: those some device would take over another image it can run too
+/// (by their IDs), whose header is not read yet. A runtime that compares
+/// container IDs only (clr's `extractCodeObjectFromFatBinary` compares
+/// bundle entry IDs) would hand such an image to that device even where its
+/// header says it is for another processor; read, the header names it
+/// ([`named_by_headers`]). Empty for a table whose images never meet on one
+/// device, as clang's bundles of distinct processors. An image no other
+/// image can replace on any device is not read: without this library or
+/// with it, the device has nothing else to run.
+pub fn first_fit_contested(images: &[Image], present: Present<'_>) -> Vec<usize> {
+    let fits: Vec<Fit> = images.iter().map(static_fit).collect();
+    (0..images.len())
+        .filter(|&i| {
+            images[i].content.is_none()
+                && (0..images.len())
+                    .any(|j| j != i && fits[i] > fits[j] && meet(&images[i], &images[j], present))
+        })
+        .collect()
+}
+
+fn order(images: &[Image], present: Present<'_>, runtime: VendorRuntime) -> Option<Vec<usize>> {
+    if agrees(images, present, runtime) {
         return None;
     }
     let is_gpu = |i: usize| images[i].triple.gpu_vendor().is_some();
@@ -592,47 +666,6 @@ fn order(images: &[Image], present: Present<'_>) -> Option<Vec<usize>> {
     )
 }
 
-/// The images whose own header can change [`first_fit_order`]: those some
-/// device would take over another image it can run too (by their IDs), whose
-/// header is not read yet. A first-fit runtime that compares container IDs
-/// only (clr's `extractCodeObjectFromFatBinary` compares bundle entry IDs)
-/// would hand such an image to that device even where its header says it
-/// is for another processor; read, the header ranks it last (see
-/// [`first_fit_order_checked`]). Empty for a table whose images never meet
-/// on one device, as clang's bundles of distinct processors.
-pub fn first_fit_contested(images: &[Image], present: Present<'_>) -> Vec<usize> {
-    let fits: Vec<Fit> = images.iter().map(static_fit).collect();
-    (0..images.len())
-        .filter(|&i| {
-            images[i].content.is_none()
-                && (0..images.len())
-                    .any(|j| j != i && fits[i] > fits[j] && meet(&images[i], &images[j], present))
-        })
-        .collect()
-}
-
-/// [`first_fit_order`] over `source` for the processors `present`, with
-/// the headers of its [`first_fit_contested`] images read first: an image
-/// whose header contradicts its container's claim is never handed first to
-/// a device that has another image it can run. A table none of whose
-/// images meet on a present device is left as it is: no device there
-/// would take another image than this library's choice.
-pub fn first_fit_order_checked<S: ImageSource + ?Sized>(
-    source: &S,
-    present: Present<'_>,
-) -> Option<Vec<usize>> {
-    let images = source.images();
-    let contested = first_fit_contested(images, present);
-    if contested.is_empty() {
-        return order(images, present);
-    }
-    let mut read = images.to_vec();
-    for i in contested {
-        read[i].content = source.read_content(i);
-    }
-    order(&read, present)
-}
-
 /// Whether taking the first compatible image in table order gives
 /// [`select`]'s choice on every device whose feature settings are known.
 /// It does unless some image comes before one [`preference`] puts first
@@ -642,15 +675,19 @@ pub fn first_fit_order_checked<S: ImageSource + ?Sized>(
 /// features. A pair with NVIDIA code counts as meeting (capabilities are not
 /// enumerated here), so such a table is reordered.
 pub fn first_fit_agrees(images: &[Image]) -> bool {
-    agrees(images, Present::Any)
+    agrees(images, Present::Any, VendorRuntime::Libomptarget)
 }
 
-/// [`first_fit_agrees`] on the AMD processors `present` only.
-fn agrees(images: &[Image], present: Present<'_>) -> bool {
+/// [`first_fit_agrees`] on the AMD processors `present` only, for a
+/// runtime that takes two images in table order only where
+/// [`VendorRuntime::in_table_order`] says so.
+fn agrees(images: &[Image], present: Present<'_>, runtime: VendorRuntime) -> bool {
     let fits: Vec<Fit> = images.iter().map(static_fit).collect();
     (0..images.len()).all(|later| {
         (0..later).all(|earlier| {
-            fits[later] <= fits[earlier] || !meet(&images[earlier], &images[later], present)
+            fits[later] <= fits[earlier]
+                || !runtime.in_table_order(&fits[earlier], &fits[later])
+                || !meet(&images[earlier], &images[later], present)
         })
     })
 }
@@ -1722,6 +1759,93 @@ mod tests {
         assert!(compared > 2000, "{compared}");
     }
 
+    /// Images whose headers all read as `header`.
+    struct Headers {
+        images: Vec<Image>,
+        header: Option<Content>,
+    }
+
+    impl ImageSource for Headers {
+        fn images(&self) -> &[Image] {
+            &self.images
+        }
+
+        fn read_content(&self, _index: usize) -> Option<Content> {
+            self.header.clone()
+        }
+    }
+
+    /// What clr takes on `device` from `images` handed in `order`: the first
+    /// compatible one of the best tier there is, native code before SPIR-V,
+    /// a processor's own code before its generic family's
+    /// ([`VendorRuntime::in_table_order`]).
+    fn clr_takes(device: &DeviceTarget, images: &[Image], order: &[usize]) -> Option<usize> {
+        let policy = Policy::default();
+        let tier = |i: usize| {
+            let fit = check(device, &images[i], &policy).ok()?;
+            Some((fit.native, fit.specific))
+        };
+        let best = order.iter().filter_map(|&i| tier(i)).max()?;
+        order.iter().copied().find(|&i| tier(i) == Some(best))
+    }
+
+    /// The same proof for clr's rule: on every device, clr takes `select`'s
+    /// choice from the table [`first_fit_order_on`] hands it, and a table
+    /// whose only inversions are a generic family before its member (as
+    /// clang writes them) is handed as it is.
+    #[test]
+    fn clr_takes_selects_choice_from_the_table_handed() {
+        let all = universe();
+        let mut sets: Vec<Vec<Image>> = vec![all.clone(), all.iter().rev().cloned().collect()];
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: usize| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            ((seed >> 33) as usize) % n
+        };
+        for _ in 0..400 {
+            let len = 1 + next(12);
+            sets.push((0..len).map(|_| all[next(all.len())].clone()).collect());
+        }
+        let devices = devices();
+        let (mut compared, mut kept) = (0, 0);
+        for set in &mut sets {
+            for (index, image) in set.iter_mut().enumerate() {
+                image.index = index;
+            }
+            let order = first_fit_order_on(set, Present::Any, VendorRuntime::Hip);
+            kept += usize::from(order.is_none() && first_fit_order(set).is_some());
+            let handed = order.unwrap_or_else(|| (0..set.len()).collect());
+            for device in &devices {
+                let chosen = select(device, &set[..], &Policy::default()).chosen;
+                assert_eq!(
+                    clr_takes(device, set, &handed),
+                    chosen,
+                    "{device}: {:?}",
+                    handed
+                        .iter()
+                        .map(|&i| set[i].id.as_str())
+                        .collect::<Vec<_>>()
+                );
+                compared += usize::from(chosen.is_some());
+            }
+        }
+        assert!(compared > 2000, "{compared}");
+        // Some tables libomptarget needs reordered are handed to clr as
+        // they are (the test is not vacuous either way).
+        assert!(kept > 0, "{kept}");
+        let clang = images(&[
+            "host-x86_64-unknown-linux-gnu-",
+            "hipv4-amdgcn-amd-amdhsa--gfx11-generic",
+            "hipv4-amdgcn-amd-amdhsa--gfx1100",
+            "hipv4-amdgcn-amd-amdhsa--gfx90a",
+        ]);
+        assert_eq!(
+            first_fit_order_on(&clang, Present::Any, VendorRuntime::Hip),
+            None
+        );
+        assert!(first_fit_order(&clang).is_some());
+    }
+
     /// `first_fit_order` keeps a host entry in its place, leaves an ordered
     /// table alone, and gives the proof's answer: on every device the first
     /// compatible image of its order is `select`'s choice.
@@ -1752,6 +1876,8 @@ mod tests {
         assert_eq!(first_fit_order(&family), Some(vec![1, 0]));
         // Decided for the processors present: with no gfx11 GPU no device
         // would take the generic code over gfx1100's, and the table stays.
+        // clr takes gfx1100's code first whatever the order: for clr the
+        // table stays everywhere.
         let on = |names: &[&str]| -> Vec<&'static Processor> {
             names
                 .iter()
@@ -1765,15 +1891,25 @@ mod tests {
             (on(&["gfx90a", "gfx1101"]), None),
             (on(&["gfx90a", "gfx1100"]), Some(vec![1, 0])),
         ] {
-            assert_eq!(
-                first_fit_order_checked(&family, Present::Only(&present)),
-                expected,
-                "{present:?}"
-            );
+            let only = Present::Only(&present);
+            let omp = first_fit_order_on(&family, only, VendorRuntime::Libomptarget);
+            assert_eq!(omp, expected, "{present:?}");
+            let hip = first_fit_order_on(&family, only, VendorRuntime::Hip);
+            assert_eq!(hip, None, "{present:?}");
         }
-        // A processor's code whose header says it is another processor's is
-        // never handed first where its family's generic code is there: the
-        // table is reordered, the mislabelled code last.
+        // For clr an order still decides between "any" and stated features.
+        let features = images(&[
+            "hipv4-amdgcn-amd-amdhsa--gfx90a",
+            "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+",
+        ]);
+        let gfx90a = on(&["gfx90a"]);
+        assert_eq!(
+            first_fit_order_on(&features, Present::Only(&gfx90a), VendorRuntime::Hip),
+            Some(vec![1, 0])
+        );
+        // A processor's code whose header says it is another processor's
+        // ranks last for libomptarget, and is named by its header for a
+        // runtime that goes by IDs.
         let mut mislabelled = images(&[
             "hipv4-amdgcn-amd-amdhsa--gfx1100",
             "hipv4-amdgcn-amd-amdhsa--gfx11-generic",
@@ -1787,6 +1923,36 @@ mod tests {
             generic_version: None,
             ptx_version: None,
         };
+        let read = |image: &str| Headers {
+            images: mislabelled.clone(),
+            header: Some(header(image)),
+        };
+        assert!(headers_agree(&read("gfx1100"), &[0]));
+        assert_eq!(
+            named_by_headers(&read("gfx1100"), &[0])[0].id,
+            mislabelled[0].id
+        );
+        assert!(!headers_agree(&read("gfx1101"), &[0]));
+        let named = named_by_headers(&read("gfx1101"), &[0]);
+        assert_eq!(named[0].id, "hipv4-amdgcn-amd-amdhsa--gfx1101");
+        assert_eq!(named[1..], mislabelled[1..]);
+        let gfx1100 = DeviceTarget::parse("gfx1100").unwrap();
+        let s = select(&gfx1100, &named[..], &Policy::default());
+        assert_eq!((s.chosen, s.vendor.unwrap().image), (Some(1), Some(1)));
+        // A bundle entry ID with no target to replace keeps its name.
+        let mut odd = mislabelled.clone();
+        odd[0].id = "gfx1100".into();
+        let named = named_by_headers(
+            &Headers {
+                images: odd.clone(),
+                header: Some(header("gfx1101")),
+            },
+            &[0],
+        );
+        assert_eq!(
+            (named[0].id.as_str(), &named[0].arch),
+            ("gfx1100", &odd[0].arch)
+        );
         mislabelled[0].content = Some(header("gfx1101"));
         assert_eq!(first_fit_order(&mislabelled), Some(vec![2, 1, 0]));
         mislabelled[0].content = Some(header("gfx1100"));

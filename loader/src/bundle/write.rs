@@ -139,13 +139,15 @@ pub fn keep(bundle: &Bundle<'_>, keep: impl Fn(usize) -> bool) -> Option<Vec<u8>
 }
 
 /// `bundle` with its entries in `order` (indices into its table, each
-/// once), laid out with the bundle's own alignment, else HIP's 4096 (the
-/// bundler's `-bundle-align` for HIP). `None` when `order` is not a
-/// permutation of the table or a code object lies outside the bundle.
-pub fn reordered(bundle: &Bundle<'_>, order: &[usize]) -> Option<Vec<u8>> {
+/// once), entry `i` under the ID `ids[i]` (its own, or another name for the
+/// same code object), laid out with the bundle's own alignment, else HIP's
+/// 4096 (the bundler's `-bundle-align` for HIP). `None` when `order` is not
+/// a permutation of the table, `ids` does not name each entry, or a code
+/// object lies outside the bundle.
+pub fn reordered(bundle: &Bundle<'_>, order: &[usize], ids: &[&str]) -> Option<Vec<u8>> {
     let entries = bundle.entries();
     let mut seen = vec![false; entries.len()];
-    if order.len() != entries.len() {
+    if order.len() != entries.len() || ids.len() != entries.len() {
         return None;
     }
     let mut listed = Vec::with_capacity(order.len());
@@ -153,7 +155,7 @@ pub fn reordered(bundle: &Bundle<'_>, order: &[usize]) -> Option<Vec<u8>> {
         if std::mem::replace(seen.get_mut(i)?, true) {
             return None;
         }
-        listed.push((entries[i].id, bundle.code_object(&entries[i]).ok()?));
+        listed.push((ids[i], bundle.code_object(&entries[i]).ok()?));
     }
     Some(write(&listed, alignment(bundle).unwrap_or(4096)))
 }
@@ -215,12 +217,18 @@ mod tests {
         let b = ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+", &b"BBB"[..]);
         let bytes = write(&[host, a, b], 4096);
         let bundle = Bundle::parse(&bytes, &Limits::default()).unwrap();
-        let moved = reordered(&bundle, &[0, 2, 1]).unwrap();
+        let ids = [host.0, a.0, b.0];
+        let moved = reordered(&bundle, &[0, 2, 1], &ids).unwrap();
         assert_eq!(moved, write(&[host, b, a], 4096));
-        assert_eq!(reordered(&bundle, &[0, 1, 2]).unwrap(), bytes);
+        assert_eq!(reordered(&bundle, &[0, 1, 2], &ids).unwrap(), bytes);
         for bad in [&[0, 1][..], &[0, 1, 1], &[0, 1, 3]] {
-            assert_eq!(reordered(&bundle, bad), None, "{bad:?}");
+            assert_eq!(reordered(&bundle, bad, &ids), None, "{bad:?}");
         }
+        assert_eq!(reordered(&bundle, &[0, 1, 2], &ids[..2]), None);
+        // Renamed: the same code object under another ID.
+        let renamed = [host.0, "hipv4-amdgcn-amd-amdhsa--gfx1101", b.0];
+        let moved = reordered(&bundle, &[0, 2, 1], &renamed).unwrap();
+        assert_eq!(moved, write(&[host, b, (renamed[1], a.1)], 4096));
     }
 
     #[test]
