@@ -5,7 +5,8 @@
 //! read in place (`entry_ids`) are the parsed bundle's, and reading them
 //! ends on any input; a pattern of IDs (`IdsPattern`) matches exactly the
 //! inputs `entry_ids` reads its IDs from: its own bundle's, and clang's
-//! usual list.
+//! usual list; where the bundle parses, the pattern finds each entry's code
+//! object (`IdsPattern::code_object`) as the parsed bundle gives it.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use offload_loader::bundle::{entry_ids, Bundle, BundleId, IdsPattern};
@@ -29,10 +30,12 @@ fuzz_target!(|data: &[u8]| {
         .as_ref()
         .ok()
         .and_then(|ids| ids.iter().map(|id| id.as_ref().ok().copied()).collect());
-    if let Some(read) = &read {
+    let own = read.as_ref().map(|read| {
         let own = IdsPattern::new(read.iter().copied(), &Limits::default());
-        assert!(own.expect("IDs a table holds make a pattern").matches(data));
-    }
+        let own = own.expect("IDs a table holds make a pattern");
+        assert!(own.matches(data));
+        own
+    });
     let clang = IdsPattern::new(CLANG, &Limits::default()).expect("four IDs");
     assert_eq!(clang.matches(data), read.as_deref() == Some(&CLANG[..]));
     if let Ok(bundle) = Bundle::parse(data, &Limits::default()) {
@@ -43,11 +46,14 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(read.expect("a bundle's IDs read in place"), id);
         }
         assert!(bundle.len() <= data.len() as u64);
-        for entry in bundle.entries() {
+        for (i, entry) in bundle.entries().iter().enumerate() {
             let object = bundle.code_object(entry).expect("entries lie within the input");
             assert_eq!(object.len() as u64, entry.size);
             assert!(entry.offset + entry.size <= bundle.len());
             let _ = BundleId::parse(entry.id);
+            // Found where the pattern places the record: the same bytes.
+            let pattern = own.as_ref().expect("a parsed bundle's IDs read in place");
+            assert_eq!(pattern.code_object(data, i), Some(object));
         }
     }
     // How a compressed bundle is listed: the table from a prefix, ranges
