@@ -4,11 +4,17 @@
 //!
 //! Invariants: every image is chosen or rejected exactly once; the chosen one
 //! is the best compatible one; `check` agrees with `select`; the first
-//! compatible image in `first_fit_order`'s order is `select`'s choice.
+//! compatible image in `first_fit_order`'s order is `select`'s choice, and
+//! clr's (the first of the best tier, a processor's own code before its
+//! generic family's) in `first_fit_order_on`'s order for clr; naming the
+//! images by their headers keeps every image.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use offload_loader::select::check;
-use offload_loader::{first_fit_order, scan, select, DeviceTarget, Limits, Policy, Selection};
+use offload_loader::{
+    first_fit_order, first_fit_order_on, named_by_headers, scan, select, DeviceTarget, Limits,
+    Policy, Present, Selection, VendorRuntime,
+};
 use offload_loader::target::OffloadKind;
 
 fn well_formed(s: &Selection, n: usize) {
@@ -64,12 +70,22 @@ fuzz_target!(|data: &[u8]| {
         for (at, &i) in order.iter().enumerate() {
             assert!(at == i || images[at].triple.gpu_vendor().is_some());
         }
+        let clr = first_fit_order_on(images, Present::Any, VendorRuntime::Hip)
+            .unwrap_or_else(|| (0..images.len()).collect());
         // Devices whose feature settings are all known, as a vendor runtime knows them.
         for device in ["gfx90a:sramecc+:xnack-", "gfx906:sramecc-:xnack+", "gfx1100", "gfx1151", "sm_80", "sm_90"] {
             let device = &DeviceTarget::parse(device).unwrap();
+            let chosen = select(device, images, &Policy::default()).chosen;
             let first = order.iter().copied().find(|&i| check(device, &images[i], &Policy::default()).is_ok());
-            assert_eq!(first, select(device, images, &Policy::default()).chosen, "{device}");
+            assert_eq!(first, chosen, "{device}");
+            let tier = |i: usize| check(device, &images[i], &Policy::default()).ok().map(|f| (f.native, f.specific));
+            let best = clr.iter().filter_map(|&i| tier(i)).max();
+            let taken = clr.iter().copied().find(|&i| best.is_some() && tier(i) == best);
+            assert_eq!(taken, chosen, "clr, {device}");
         }
+        let all: Vec<usize> = (0..images.len()).collect();
+        let named = named_by_headers(&container, &all);
+        assert_eq!(named.len(), images.len());
         for device in &devices {
             for policy in &policies {
                 let s = select(device, images, policy);
