@@ -15,7 +15,7 @@
 # memory waits overlap), and by pread(2) of each from the file.
 # Both with the library in the page cache as the linker wrote it and as
 # read back from disk (as an installed library is).
-# Usage: bash .ci/bench-handover.sh [RUNS]   (after cargo build --release)
+# Usage: bash .ci/bench-handover.sh [RUNS]   (after cargo build --release -p offload-loader-ffi)
 set -euo pipefail
 runs=${1:-21}
 root=$(cd "$(dirname "$0")/.." && pwd)
