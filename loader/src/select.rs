@@ -1712,16 +1712,12 @@ mod tests {
             .find(|&i| check(device, &images[i], &Policy::default()).is_ok())
     }
 
-    /// The proof `preference` exists for: on every device, a runtime that
-    /// takes the first compatible image of the reordered table takes
-    /// `select`'s choice. Image sets: the whole universe in table order and
-    /// reversed, and 400 random subsets of 1 to 12 images in random order
-    /// (a fixed LCG, so a failure reproduces).
-    #[test]
-    fn first_compatible_in_preference_order_is_selects_choice() {
+    /// The image sets the first-fit proofs run on: the whole universe in
+    /// table order and reversed, and 400 random subsets of 1 to 12 images
+    /// in random order (an LCG from `seed`, so a failure reproduces).
+    fn table_sets(mut seed: u64) -> Vec<Vec<Image>> {
         let all = universe();
         let mut sets: Vec<Vec<Image>> = vec![all.clone(), all.iter().rev().cloned().collect()];
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
         let mut next = |n: usize| {
             seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
             ((seed >> 33) as usize) % n
@@ -1730,12 +1726,23 @@ mod tests {
             let len = 1 + next(12);
             sets.push((0..len).map(|_| all[next(all.len())].clone()).collect());
         }
-        let devices = devices();
-        let mut compared = 0;
         for set in &mut sets {
             for (index, image) in set.iter_mut().enumerate() {
                 image.index = index;
             }
+        }
+        sets
+    }
+
+    /// The proof `preference` exists for: on every device, a runtime that
+    /// takes the first compatible image of the reordered table takes
+    /// `select`'s choice, on every set of [`table_sets`].
+    #[test]
+    fn first_compatible_in_preference_order_is_selects_choice() {
+        let sets = table_sets(0x2545_f491_4f6c_dd1d_u64);
+        let devices = devices();
+        let mut compared = 0;
+        for set in &sets {
             // The order hand-over uses: the table's own where that already
             // gives the choice on every device.
             let handed = first_fit_order(set).unwrap_or_else(|| (0..set.len()).collect());
@@ -1795,23 +1802,10 @@ mod tests {
     /// clang writes them) is handed as it is.
     #[test]
     fn clr_takes_selects_choice_from_the_table_handed() {
-        let all = universe();
-        let mut sets: Vec<Vec<Image>> = vec![all.clone(), all.iter().rev().cloned().collect()];
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = |n: usize| {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            ((seed >> 33) as usize) % n
-        };
-        for _ in 0..400 {
-            let len = 1 + next(12);
-            sets.push((0..len).map(|_| all[next(all.len())].clone()).collect());
-        }
+        let sets = table_sets(0x9e37_79b9_7f4a_7c15_u64);
         let devices = devices();
         let (mut compared, mut kept) = (0, 0);
-        for set in &mut sets {
-            for (index, image) in set.iter_mut().enumerate() {
-                image.index = index;
-            }
+        for set in &sets {
             let order = first_fit_order_on(set, Present::Any, VendorRuntime::Hip);
             kept += usize::from(order.is_none() && first_fit_order(set).is_some());
             let handed = order.unwrap_or_else(|| (0..set.len()).collect());
