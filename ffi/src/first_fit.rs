@@ -139,6 +139,12 @@ fn reordered(wrapper: usize, handle: usize) -> Option<Handed> {
         let container = Container::parse(data, &limits).ok()?;
         let named = offload_loader::named_by_headers(&container, &decided.contested);
         let order = offload_loader::first_fit_order_on(&named, present, VendorRuntime::Hip);
+        // Nothing renamed (an ID with no target to replace) and nothing to
+        // move: the program's own table says the same.
+        let renamed = named.iter().zip(&decided.images).any(|(n, i)| n.id != i.id);
+        if order.is_none() && !renamed {
+            return None;
+        }
         (
             order.unwrap_or_else(|| (0..named.len()).collect()),
             Some(named),
