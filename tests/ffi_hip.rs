@@ -366,37 +366,13 @@ fn libraries_register_from_several_threads_at_once() {
 /// A copy of `exe` in `dir` whose `gfx1100` bundle entry holds a code
 /// object whose header says gfx1101 (`e_flags`' processor patched).
 fn mislabelled(exe: &Path, dir: &Path) -> PathBuf {
-    use offload_loader_workspace::loader::{Limits, MappedFile};
-
-    let mut bytes = std::fs::read(exe).unwrap();
-    // Where the gfx1100 code object lies in the file.
-    let at = {
-        let file = MappedFile::open(exe).unwrap();
-        let sections = file.containers(&Limits::default()).unwrap();
-        let c = sections[0].containers[0].as_ref().unwrap();
-        let image = c
-            .images()
-            .iter()
-            .find(|i| i.id == "hipv4-amdgcn-amd-amdhsa--gfx1100")
-            .unwrap();
-        (c.offset() + image.offset) as usize
-    };
-    assert_eq!(&bytes[at..at + 4], b"\x7fELF");
-    let flags = u32::from_le_bytes(bytes[at + 48..at + 52].try_into().unwrap());
-    assert_eq!(flags & 0xff, 0x41, "EF_AMDGPU_MACH_AMDGCN_GFX1100");
-    // EF_AMDGPU_MACH_AMDGCN_GFX1101 = 0x46 (llvm/BinaryFormat/ELF.h).
-    bytes[at + 48..at + 52].copy_from_slice(&((flags & !0xff) | 0x46).to_le_bytes());
-    let patched = dir.join(format!(
+    let out = dir.join(format!(
         "{}-mislabelled",
         exe.file_name().unwrap().to_str().unwrap()
     ));
-    std::fs::write(&patched, &bytes).unwrap();
-    std::fs::set_permissions(
-        &patched,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    patched
+    // EF_AMDGPU_MACH_AMDGCN_GFX1100 = 0x41, GFX1101 = 0x46
+    // (llvm/BinaryFormat/ELF.h).
+    patched(exe, ("gfx1100", 0x41), ("gfx1100", 0x46), &out)
 }
 
 /// A code object whose own header contradicts its bundle entry ID (the
@@ -754,37 +730,29 @@ fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
     assert_eq!(handed(&exe, &kfd), "spy: not an uncompressed bundle");
 
     // "Any" before stated features: clang's gfx906 entry renamed gfx90a
-    // (its ID and its code object's processor), before `gfx90a:xnack+`.
-    let built =
-        e.build(LinkedProgram::hip(&["gfx906", "gfx90a:xnack+"], "hip_launch.hip").link(&spy));
-    let exe = renamed(&built, "gfx906", "gfx90a", 0x3f, &dir.join("renamed"));
+    // (its ID and its code object's processor: EF_AMDGPU_MACH gfx906 0x2f,
+    // gfx90a 0x3f), before `gfx90a:xnack+`.
+    let crafted = |program: LinkedProgram, out: &str| {
+        let built = e.build(program.link(&spy));
+        patched(&built, ("gfx906", 0x2f), ("gfx90a", 0x3f), &dir.join(out))
+    };
+    let program = LinkedProgram::hip(&["gfx906", "gfx90a:xnack+"], "hip_launch.hip");
     let own = table(&["gfx90a", "gfx90a:xnack+"]);
-    let without = e.build(
-        LinkedProgram::hip(&["gfx906", "gfx90a:xnack+"], "hip_launch.hip")
-            .link(&spy)
-            .without_loader(),
-    );
-    assert_eq!(
-        handed(
-            &renamed(
-                &without,
-                "gfx906",
-                "gfx90a",
-                0x3f,
-                &dir.join("renamed-alone")
-            ),
-            &kfd
-        ),
-        own
-    );
+    let alone = crafted(program.clone().without_loader(), "crafted-alone");
+    assert_eq!(handed(&alone, &kfd), own);
+    let exe = crafted(program, "crafted");
     assert_eq!(handed(&exe, &kfd), table(&["gfx90a:xnack+", "gfx90a"]));
+    // The program's own bundle, as objcopy extracts it.
     let original = dir.join("original.bundle");
-    run_ok(
-        Command::new("objcopy")
-            .args(["-O", "binary", "--only-section=.hip_fatbin"])
-            .arg(&exe)
-            .arg(&original),
-    );
+    let extract = |exe: &Path| {
+        run_ok(
+            Command::new("objcopy")
+                .args(["-O", "binary", "--only-section=.hip_fatbin"])
+                .arg(exe)
+                .arg(&original),
+        )
+    };
+    extract(&exe);
     for id in [
         "hipv4-amdgcn-amd-amdhsa--gfx90a",
         "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+",
@@ -809,12 +777,7 @@ fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
     assert_eq!(handed(&pair, &kfd), table(&["gfx11-generic", "gfx1100"]));
     let patched = mislabelled(&pair, &dir);
     assert_eq!(handed(&patched, &kfd), table(&["gfx11-generic", "gfx1101"]));
-    run_ok(
-        Command::new("objcopy")
-            .args(["-O", "binary", "--only-section=.hip_fatbin"])
-            .arg(&patched)
-            .arg(&original),
-    );
+    extract(&patched);
     let ours =
         e.tc.unbundle(&saved, "hipv4-amdgcn-amd-amdhsa--gfx1101")
             .unwrap();
@@ -824,34 +787,36 @@ fn libamdhip64_is_handed_the_bundle_in_first_fit_order() {
     assert!(!ours.is_empty() && ours == theirs);
 }
 
-/// A copy of `exe` at `out` whose bundle entry `from` is renamed `to` (an
-/// ID of the same length), its code object's processor
-/// (`EF_AMDGPU_MACH`, llvm/BinaryFormat/ELF.h) set to `mach`.
-fn renamed(exe: &Path, from: &str, to: &str, mach: u32, out: &Path) -> PathBuf {
+/// A copy of `exe` at `out` whose bundle entry `from.0` is renamed `to.0`
+/// (an ID of the same length, or the same), its code object's processor
+/// (`EF_AMDGPU_MACH`, llvm/BinaryFormat/ELF.h), checked to be `from.1`,
+/// set to `to.1`.
+fn patched(exe: &Path, from: (&str, u32), to: (&str, u32), out: &Path) -> PathBuf {
     use offload_loader_workspace::loader::{Limits, MappedFile};
 
-    let (from, to) = (
-        format!("hipv4-amdgcn-amd-amdhsa--{from}"),
-        format!("hipv4-amdgcn-amd-amdhsa--{to}"),
+    let (from_id, to_id) = (
+        format!("hipv4-amdgcn-amd-amdhsa--{}", from.0),
+        format!("hipv4-amdgcn-amd-amdhsa--{}", to.0),
     );
-    assert_eq!(from.len(), to.len());
+    assert_eq!(from_id.len(), to_id.len());
     let mut bytes = std::fs::read(exe).unwrap();
     let (table, code) = {
         let file = MappedFile::open(exe).unwrap();
         let sections = file.containers(&Limits::default()).unwrap();
         let c = sections[0].containers[0].as_ref().unwrap();
-        let image = c.images().iter().find(|i| i.id == from).unwrap();
+        let image = c.images().iter().find(|i| i.id == from_id).unwrap();
         (c.offset() as usize, (c.offset() + image.offset) as usize)
     };
     let record = table
         + bytes[table..code]
-            .windows(from.len())
-            .position(|w| w == from.as_bytes())
+            .windows(from_id.len())
+            .position(|w| w == from_id.as_bytes())
             .unwrap();
-    bytes[record..record + to.len()].copy_from_slice(to.as_bytes());
+    bytes[record..record + to_id.len()].copy_from_slice(to_id.as_bytes());
     assert_eq!(&bytes[code..code + 4], b"\x7fELF");
     let flags = u32::from_le_bytes(bytes[code + 48..code + 52].try_into().unwrap());
-    bytes[code + 48..code + 52].copy_from_slice(&((flags & !0xff) | mach).to_le_bytes());
+    assert_eq!(flags & 0xff, from.1, "{}'s EF_AMDGPU_MACH", from.0);
+    bytes[code + 48..code + 52].copy_from_slice(&((flags & !0xff) | to.1).to_le_bytes());
     std::fs::write(out, &bytes).unwrap();
     std::fs::set_permissions(out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     out.to_path_buf()
