@@ -193,6 +193,9 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> ExitCode {
         None => None,
     };
     let (jobs, found_wheels, mut errors) = find(&args, tree.as_ref());
+    if !args.dry_run {
+        remove_leftovers(&jobs, tree.as_ref());
+    }
     if args.local_version.is_some() && wheel_reports.is_empty() && found_wheels.is_empty() {
         eprintln!(
             "offload-probe slim: --local-version labels a wheel; no wheel (*.whl) was named or found"
@@ -508,6 +511,51 @@ fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<WheelJob>, Vec<Strin
         })
         .collect();
     (jobs, wheels, errors)
+}
+
+/// Removes, from every directory this run writes into, the temporary
+/// files a run that was killed left there, saying so on stderr.
+fn remove_leftovers(jobs: &[Job], tree: Option<&Tree>) {
+    let parent = |p: &Path| p.parent().map(Path::to_path_buf);
+    let mut dirs = std::collections::BTreeSet::new();
+    for job in jobs {
+        if let Destination::InPlace { also, .. } = &job.destination {
+            dirs.extend(
+                std::iter::once(&job.path)
+                    .chain(also)
+                    .filter_map(|p| parent(p)),
+            );
+        }
+    }
+    for entry in tree.iter().flat_map(|t| &t.entries) {
+        dirs.extend(parent(&entry.to));
+        if entry.kind == tree::Kind::Dir {
+            dirs.insert(entry.to.clone());
+        }
+    }
+    for dir in dirs {
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        match offload_slim::remove_leftovers(&dir) {
+            Ok(removed) => {
+                for path in removed {
+                    eprintln!(
+                        "offload-probe slim: removed {}, left by a run that was killed",
+                        path.display()
+                    );
+                }
+            }
+            // An output directory not made yet.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => eprintln!(
+                "offload-probe slim: warning: {}: looking for what a killed run left: {e}",
+                dir.display()
+            ),
+        }
+    }
 }
 
 /// The file's names with the first that is not a symbolic link first (if

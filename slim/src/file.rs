@@ -41,8 +41,8 @@ use guard::Registration;
 use input::{Input, InputError};
 use keep::Strictness;
 pub use other::OtherGpus;
-pub use temp::is_temporary;
 use temp::Temp;
+pub use temp::{is_temporary, remove_leftovers};
 
 /// What to keep.
 #[derive(Debug, Clone)]

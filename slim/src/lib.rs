@@ -39,9 +39,9 @@ use container::InPlace;
 
 pub use container::Outcome;
 pub use file::{
-    copy_file, install_sigbus_guard, is_temporary, keep_directory, link_name, slim_file,
-    symlink_name, ContainerSummary, Copied, CopyError, Destination, FileReport, GuardError, How,
-    Options, OtherGpus, Removed,
+    copy_file, install_sigbus_guard, is_temporary, keep_directory, link_name, remove_leftovers,
+    slim_file, symlink_name, ContainerSummary, Copied, CopyError, Destination, FileReport,
+    GuardError, How, Options, OtherGpus, Removed,
 };
 pub use image::{slim_image, ImageReport, Reference};
 pub use pieces::{Output, Piece};

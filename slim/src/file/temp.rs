@@ -1,8 +1,9 @@
-//! New files that no kill can leave behind: made unnamed (`O_TMPFILE`) in
-//! the directory they will end up in, and given a name only once they are
-//! complete. Where the file system has no unnamed files, a named one
-//! (`.NAME.slim-TAG-PID-N`, a name the probe's walk knows and skips) is
-//! made instead and removed unless published.
+//! New files that a kill leaves behind at most for the moment of their
+//! naming: made unnamed (`O_TMPFILE`) in the directory they will end up in,
+//! and given a name only once they are complete. Where the file system has
+//! no unnamed files, a named one (`.NAME.slim-TAG-PID-N`, a name the
+//! probe's walk knows and skips) is made instead and removed unless
+//! published. What a killed run left, [`remove_leftovers`] removes.
 
 use std::ffi::CString;
 use std::fs::{self, File};
@@ -203,21 +204,75 @@ pub fn temp_path(dir: &Path, path: &Path, tag: &str) -> PathBuf {
 /// directory walk skips them):
 /// `.NAME.slim-TAG-PID-N`, TAG one of `pass`, `result`, `link`, `copy`.
 pub fn is_temporary(name: &std::ffi::OsStr) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let name = name.as_bytes();
-    let Some(rest) = name.strip_prefix(b".") else {
-        return false;
-    };
-    let Some(at) = rest.windows(6).rposition(|w| w == b".slim-") else {
-        return false;
-    };
+    maker(name).is_some()
+}
+
+/// The process that made the temporary file `name` (the PID in
+/// `.NAME.slim-TAG-PID-N`), where `name` is one.
+fn maker(name: &std::ffi::OsStr) -> Option<u32> {
+    let rest = name.as_bytes().strip_prefix(b".")?;
+    let at = rest.windows(6).rposition(|w| w == b".slim-")?;
     let mut parts = rest[at + 6..].split(|&b| b == b'-');
-    let digits =
-        |p: Option<&[u8]>| p.is_some_and(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit));
-    matches!(parts.next(), Some(b"pass" | b"result" | b"link" | b"copy"))
-        && digits(parts.next())
-        && digits(parts.next())
-        && parts.next().is_none()
+    let number = |p: Option<&[u8]>| {
+        p.filter(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit))
+            .and_then(|p| std::str::from_utf8(p).ok()?.parse::<u64>().ok())
+    };
+    if !matches!(parts.next(), Some(b"pass" | b"result" | b"link" | b"copy")) {
+        return None;
+    }
+    let pid = number(parts.next())?;
+    number(parts.next())?;
+    if parts.next().is_some() {
+        return None;
+    }
+    u32::try_from(pid).ok()
+}
+
+/// Removes from `dir` the temporary files of slim runs that are gone, and
+/// returns their paths.
+///
+/// An unnamed file is given its name in two steps, a link under a
+/// temporary name and a rename over the target (Linux has no link that
+/// replaces), and a run killed between the two leaves the complete result
+/// under the temporary name. Such a file is removed here once no process
+/// of its PID runs (`kill(PID, 0)` fails with `ESRCH`). Where the PID is
+/// in use again, or the name came from another PID namespace whose process
+/// still runs, the file is kept: the safe side. A run in another PID
+/// namespace that this one cannot see may lose its temporary name; its
+/// rename then fails and its target stays what it was. Only files and
+/// symbolic links are removed, never a directory.
+pub fn remove_leftovers(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let Some(pid) = maker(&entry.file_name()) else {
+            continue;
+        };
+        if entry.file_type()?.is_dir() || !gone(pid) {
+            continue;
+        }
+        let path = entry.path();
+        match fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            // Removed by another run meanwhile.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
+}
+
+/// Whether no process `pid` runs (as far as this PID namespace shows).
+fn gone(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 || pid == libc::pid_t::try_from(std::process::id()).unwrap_or(0) {
+        return false;
+    }
+    // SAFETY: signal 0 sends nothing; it only asks whether `pid` exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 #[cfg(test)]
@@ -252,6 +307,57 @@ mod tests {
         // Dropped unpublished: nothing left.
         drop(Temp::new(&dir, &target, "result").unwrap());
         assert_eq!(names(), ["lib.so"]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What a run that is gone left is removed; a running process's
+    /// temporary file, a directory, and other names are kept.
+    #[test]
+    fn leftovers_of_runs_that_are_gone() {
+        let dir = std::env::temp_dir().join(format!("offload-slim-left-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        // A process that has been reaped: its PID names no process (unless
+        // reused at once, which would keep its file: the safe side).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let me = std::process::id();
+        let stale = [
+            format!(".lib.so.slim-link-{dead}-0"),
+            format!(".lib.so.slim-result-{dead}-3"),
+        ];
+        let kept = [
+            format!(".lib.so.slim-link-{me}-0"),
+            ".lib.so.slim-copy-1-0".to_string(),
+            format!(".lib.so.slim-links-{dead}-0"),
+            "lib.so".to_string(),
+        ];
+        for name in stale.iter().chain(&kept) {
+            fs::write(dir.join(name), b"x").unwrap();
+        }
+        fs::create_dir(dir.join(format!(".d.slim-copy-{dead}-1"))).unwrap();
+        std::os::unix::fs::symlink("lib.so", dir.join(format!(".l.slim-link-{dead}-2"))).unwrap();
+
+        let mut removed = remove_leftovers(&dir).unwrap();
+        removed.sort();
+        let mut expected: Vec<PathBuf> = stale
+            .iter()
+            .chain([&format!(".l.slim-link-{dead}-2")])
+            .map(|n| dir.join(n))
+            .collect();
+        expected.sort();
+        assert_eq!(removed, expected);
+        let mut left: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want: Vec<String> = kept.to_vec();
+        want.push(format!(".d.slim-copy-{dead}-1"));
+        want.sort();
+        assert_eq!(left, want);
+        assert!(remove_leftovers(&dir).unwrap().is_empty());
         fs::remove_dir_all(&dir).unwrap();
     }
 
