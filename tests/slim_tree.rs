@@ -537,3 +537,54 @@ fn files_slim_cannot_read_are_copied_as_they_are() {
             < std::fs::metadata(&lib).unwrap().len()
     );
 }
+
+/// A run into an output tree a killed run wrote into removes that run's
+/// temporary files there (`.NAME.slim-TAG-PID-N` of a process that is
+/// gone), keeps those of a process that runs, and leaves its inputs alone.
+#[test]
+fn a_rerun_removes_what_a_killed_run_left_in_the_output_only() {
+    let Some(probe) = probe() else { return };
+    let (src, out) = (temp_dir(), temp_dir().join("out"));
+    for d in [src.join("sub"), out.join("sub")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(src.join("sub/a.txt"), b"a\n").unwrap();
+    let mut child = Command::new("true").spawn().unwrap();
+    let gone = child.id();
+    child.wait().unwrap();
+    let running = std::process::id();
+    let stale = [
+        out.join(format!(".a.txt.slim-copy-{gone}-0")),
+        out.join(format!("sub/.a.txt.slim-link-{gone}-1")),
+    ];
+    let kept = [
+        out.join(format!("sub/.a.txt.slim-copy-{running}-2")),
+        src.join(format!("sub/.a.txt.slim-link-{gone}-3")),
+    ];
+    for p in stale.iter().chain(&kept) {
+        std::fs::write(p, b"partial").unwrap();
+    }
+    let run = Command::new(&probe)
+        .args([
+            "slim",
+            src.to_str().unwrap(),
+            "--device",
+            DEVICE,
+            "--output",
+        ])
+        .arg(&out)
+        .env_remove("OFFLOAD_LOADER_DEVICES")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{said}");
+    for p in &stale {
+        assert!(!p.exists(), "{} is left", p.display());
+        let line = format!("removed {}, left by a run that was killed", p.display());
+        assert!(said.contains(&line), "{said}");
+    }
+    for p in &kept {
+        assert_eq!(std::fs::read(p).unwrap(), b"partial", "{}", p.display());
+    }
+    assert_eq!(std::fs::read(out.join("sub/a.txt")).unwrap(), b"a\n");
+}
