@@ -44,6 +44,19 @@ fn slim(probe: &Path, args: &[&str]) -> (i32, serde_json::Value) {
     (out.status.code().unwrap_or(-1), report)
 }
 
+/// Runs `offload-probe slim SRC --device DEVICE --output OUT` (no report
+/// asked for): the process's output.
+fn slim_into(probe: &Path, src: &Path, out: &Path) -> std::process::Output {
+    Command::new(probe)
+        .arg("slim")
+        .arg(src)
+        .args(["--device", DEVICE, "--output"])
+        .arg(out)
+        .env_remove("OFFLOAD_LOADER_DEVICES")
+        .output()
+        .unwrap()
+}
+
 /// What an entry of a tree is, to compare two trees.
 #[derive(Debug, PartialEq, Eq)]
 enum Node {
@@ -267,17 +280,7 @@ fn output_is_the_whole_tree_with_copies_links_and_modes() {
     assert_eq!(r["tree"]["copied"], 3, "{r}");
     assert!(!dry.exists());
     let inside = src.join("out");
-    let refused = Command::new(&probe)
-        .args([
-            "slim",
-            src.to_str().unwrap(),
-            "--device",
-            DEVICE,
-            "--output",
-        ])
-        .arg(&inside)
-        .output()
-        .unwrap();
+    let refused = slim_into(&probe, &src, &inside);
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("overlap"));
     assert!(!inside.exists());
@@ -564,18 +567,7 @@ fn a_rerun_removes_what_a_killed_run_left_in_the_output_only() {
     for p in stale.iter().chain(&kept) {
         std::fs::write(p, b"partial").unwrap();
     }
-    let run = Command::new(&probe)
-        .args([
-            "slim",
-            src.to_str().unwrap(),
-            "--device",
-            DEVICE,
-            "--output",
-        ])
-        .arg(&out)
-        .env_remove("OFFLOAD_LOADER_DEVICES")
-        .output()
-        .unwrap();
+    let run = slim_into(&probe, &src, &out);
     let said = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{said}");
     for p in &stale {
