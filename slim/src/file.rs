@@ -1095,12 +1095,7 @@ fn write_verified(
     }
     if let Destination::InPlace { also, .. } = destination {
         for other in also {
-            let link = temp::temp_path(&dir_of(other), other, "link");
-            fs::hard_link(target, &link).map_err(|e| format!("{}: {e}", link.display()))?;
-            fs::rename(&link, other).map_err(|e| {
-                let _ = fs::remove_file(&link);
-                format!("{}: {e}", other.display())
-            })?;
+            link_name(target, other).map_err(|e| e.to_string())?;
         }
     }
     Ok(notes)
