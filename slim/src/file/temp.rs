@@ -383,5 +383,13 @@ mod tests {
         for n in no {
             assert!(!is_temporary(std::ffi::OsStr::new(n)), "{n}");
         }
+        // Every name `temp_path` gives names this process as its maker.
+        for tag in ["pass", "result", "link", "copy"] {
+            for like in ["lib.so.1", "x", ".hidden", "a-1-2.slim-pass-3-4"] {
+                let path = temp_path(Path::new("/d"), Path::new(like), tag);
+                let name = path.file_name().unwrap();
+                assert_eq!(maker(name), Some(std::process::id()), "{path:?}");
+            }
+        }
     }
 }
