@@ -204,28 +204,30 @@ pub fn temp_path(dir: &Path, path: &Path, tag: &str) -> PathBuf {
 /// directory walk skips them):
 /// `.NAME.slim-TAG-PID-N`, TAG one of `pass`, `result`, `link`, `copy`.
 pub fn is_temporary(name: &std::ffi::OsStr) -> bool {
-    maker(name).is_some()
+    made_by(name).is_some()
 }
 
 /// The process that made the temporary file `name` (the PID in
-/// `.NAME.slim-TAG-PID-N`), where `name` is one.
+/// `.NAME.slim-TAG-PID-N`), where `name` is one and its PID a process ID.
 fn maker(name: &std::ffi::OsStr) -> Option<u32> {
+    std::str::from_utf8(made_by(name)?).ok()?.parse().ok()
+}
+
+/// The PID digits of `.NAME.slim-TAG-PID-N`, where `name` has that shape
+/// (PID and N decimal digits, TAG one of `temp_path`'s).
+fn made_by(name: &std::ffi::OsStr) -> Option<&[u8]> {
     let rest = name.as_bytes().strip_prefix(b".")?;
     let at = rest.windows(6).rposition(|w| w == b".slim-")?;
     let mut parts = rest[at + 6..].split(|&b| b == b'-');
-    let number = |p: Option<&[u8]>| {
+    fn digits(p: Option<&[u8]>) -> Option<&[u8]> {
         p.filter(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit))
-            .and_then(|p| std::str::from_utf8(p).ok()?.parse::<u64>().ok())
-    };
+    }
     if !matches!(parts.next(), Some(b"pass" | b"result" | b"link" | b"copy")) {
         return None;
     }
-    let pid = number(parts.next())?;
-    number(parts.next())?;
-    if parts.next().is_some() {
-        return None;
-    }
-    u32::try_from(pid).ok()
+    let pid = digits(parts.next())?;
+    digits(parts.next())?;
+    parts.next().is_none().then_some(pid)
 }
 
 /// Removes from `dir` the temporary files of slim runs that are gone, and
@@ -368,6 +370,7 @@ mod tests {
             ".lib.so.1.slim-result-123-45",
             ".x.slim-link-9-9",
             ".y.py.slim-copy-7-3",
+            ".z.slim-copy-99999999999-123456789012345678901234567890",
         ];
         let no = [
             "a.slim-pass-1-0",
@@ -383,6 +386,10 @@ mod tests {
         for n in no {
             assert!(!is_temporary(std::ffi::OsStr::new(n)), "{n}");
         }
+        // A name of that shape whose PID is no process ID is skipped by a
+        // walk, and no process's leftover.
+        let huge = std::ffi::OsStr::new(".z.slim-copy-99999999999-1");
+        assert!(is_temporary(huge) && maker(huge).is_none());
         // Every name `temp_path` gives names this process as its maker.
         for tag in ["pass", "result", "link", "copy"] {
             for like in ["lib.so.1", "x", ".hidden", "a-1-2.slim-pass-3-4"] {
