@@ -516,7 +516,12 @@ fn find(args: &Args, tree: Option<&Tree>) -> (Vec<Job>, Vec<WheelJob>, Vec<Strin
 /// Removes, from every directory this run writes into, the temporary
 /// files a run that was killed left there, saying so on stderr.
 fn remove_leftovers(jobs: &[Job], tree: Option<&Tree>) {
-    let parent = |p: &Path| p.parent().map(Path::to_path_buf);
+    // The directory a path is in (`.` for a bare name).
+    let parent = |p: &Path| match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => Some(d.to_path_buf()),
+        Some(_) => Some(PathBuf::from(".")),
+        None => None,
+    };
     let mut dirs = std::collections::BTreeSet::new();
     for job in jobs {
         if let Destination::InPlace { also, .. } = &job.destination {
@@ -534,11 +539,6 @@ fn remove_leftovers(jobs: &[Job], tree: Option<&Tree>) {
         }
     }
     for dir in dirs {
-        let dir = if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir
-        };
         match offload_slim::remove_leftovers(&dir) {
             Ok(removed) => {
                 for path in removed {
